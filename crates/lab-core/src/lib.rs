@@ -1,0 +1,21 @@
+//! Runtime plumbing every lab service shares.
+//!
+//! # Layout
+//! - [`config`]: layered configuration — the service's defaults file (compiled in, every number
+//!   with a comment saying why), then an optional `LAB_CONFIG_FILE`, then `LAB_SECTION__KEY`
+//!   environment variables.
+//! - [`telemetry`]: structured JSON logs through `tracing`.
+//! - [`metrics`]: one Prometheus registry per service, process and runtime collectors, and the
+//!   HTTP request metrics middleware.
+//! - [`health`]: the shallow `/livez` and `/readyz` (postmortem, "Code After": readiness answers
+//!   "can THIS process serve a request?", never "is my dependency happy?").
+//! - [`http`]: the `{error: {code, message}}` body, a JSON extractor whose rejections use it, and
+//!   fallbacks so no route answers plain text.
+//! - [`server`]: bind, serve, and shut down gracefully within a drain bound.
+
+pub mod config;
+pub mod health;
+pub mod http;
+pub mod metrics;
+pub mod server;
+pub mod telemetry;

@@ -1,0 +1,213 @@
+//! Prometheus metrics: one registry per service, rendered at `/metrics` in the text format.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::{Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use prometheus::core::{Collector, Desc};
+use prometheus::proto::MetricFamily;
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
+};
+
+/// Latency buckets for a callee's own view: they reach far past the gateway's 3 s budget (up to
+/// 60 s) because the postmortem's entity-service p99 was 6.9 s while the gateway could only ever
+/// report 3.0 s. A histogram that stops at the budget is the "blindfold with axis labels".
+pub const CALLEE_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5,
+    10.0, 15.0, 20.0, 30.0, 60.0,
+];
+
+/// A service's metrics registry with the process and runtime collectors already registered.
+#[derive(Clone)]
+pub struct Metrics {
+    registry: Registry,
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let registry = Registry::new();
+        #[cfg(target_os = "linux")]
+        {
+            // process_resident_memory_bytes, process_cpu_seconds_total, process_open_fds, ...
+            let _ = registry.register(Box::new(
+                prometheus::process_collector::ProcessCollector::for_self(),
+            ));
+        }
+        let _ = registry.register(Box::new(RuntimeCollector::new()));
+        Self { registry }
+    }
+
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// Register a collector; a name registered twice is a programming error.
+    pub fn register<C: Collector + Clone + 'static>(&self, c: C) -> C {
+        self.registry
+            .register(Box::new(c.clone()))
+            .expect("metric registered twice");
+        c
+    }
+
+    pub fn counter_vec(&self, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+        self.register(IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric"))
+    }
+
+    pub fn gauge(&self, name: &str, help: &str) -> IntGauge {
+        self.register(IntGauge::new(name, help).expect("valid metric"))
+    }
+
+    pub fn histogram_vec(
+        &self,
+        name: &str,
+        help: &str,
+        labels: &[&str],
+        buckets: &[f64],
+    ) -> HistogramVec {
+        self.register(
+            HistogramVec::new(
+                HistogramOpts::new(name, help).buckets(buckets.to_vec()),
+                labels,
+            )
+            .expect("valid metric"),
+        )
+    }
+
+    /// The Prometheus text exposition of everything registered.
+    pub fn render(&self) -> String {
+        let mut buf = Vec::new();
+        TextEncoder::new()
+            .encode(&self.registry.gather(), &mut buf)
+            .expect("text encoding cannot fail");
+        String::from_utf8(buf).expect("text encoding is UTF-8")
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// `GET /metrics`.
+pub async fn handler(State(metrics): State<Metrics>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        metrics.render(),
+    )
+        .into_response()
+}
+
+/// Tokio's live task count, the Rust analogue of the postmortem's goroutine count (240 → 4,180
+/// per pod): detached tasks that nobody awaits any more still count here.
+#[derive(Clone)]
+struct RuntimeCollector {
+    alive: IntGauge,
+}
+
+impl RuntimeCollector {
+    fn new() -> Self {
+        Self {
+            alive: IntGauge::new(
+                "tokio_alive_tasks",
+                "Tasks alive on this process's Tokio runtime, including detached ones",
+            )
+            .expect("valid metric"),
+        }
+    }
+}
+
+impl Collector for RuntimeCollector {
+    fn desc(&self) -> Vec<&Desc> {
+        self.alive.desc()
+    }
+    fn collect(&self) -> Vec<MetricFamily> {
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            self.alive.set(handle.metrics().num_alive_tasks() as i64);
+        }
+        self.alive.collect()
+    }
+}
+
+/// Request count and duration for one service's API routes, by status code.
+#[derive(Clone)]
+pub struct HttpMetrics {
+    inner: Arc<HttpMetricsInner>,
+}
+
+struct HttpMetricsInner {
+    requests: IntCounterVec,
+    duration: HistogramVec,
+    in_flight: IntGauge,
+}
+
+impl HttpMetrics {
+    /// `<prefix>_requests_total{status}`, `<prefix>_request_duration_seconds{status}` and
+    /// `<prefix>_requests_in_flight`.
+    pub fn new(metrics: &Metrics, prefix: &str, what: &str, buckets: &[f64]) -> Self {
+        Self {
+            inner: Arc::new(HttpMetricsInner {
+                requests: metrics.counter_vec(
+                    &format!("{prefix}_requests_total"),
+                    &format!("Requests {what}, by HTTP status"),
+                    &["status"],
+                ),
+                duration: metrics.histogram_vec(
+                    &format!("{prefix}_request_duration_seconds"),
+                    &format!("Duration of requests {what}, as this service observed it"),
+                    &["status"],
+                    buckets,
+                ),
+                in_flight: metrics.gauge(
+                    &format!("{prefix}_requests_in_flight"),
+                    &format!("Requests {what} currently being handled"),
+                ),
+            }),
+        }
+    }
+
+    pub fn observe(&self, status: StatusCode, seconds: f64) {
+        let s = status.as_str();
+        self.inner.requests.with_label_values(&[s]).inc();
+        self.inner.duration.with_label_values(&[s]).observe(seconds);
+    }
+}
+
+/// Middleware: count and time every request through the layer it wraps. A request whose client
+/// disconnects is dropped by the server before it completes; it is counted as status 499
+/// (nginx's "client closed request") so those requests stay visible.
+pub async fn track(State(m): State<HttpMetrics>, req: Request, next: Next) -> Response {
+    struct Guard {
+        m: HttpMetrics,
+        start: Instant,
+        done: bool,
+    }
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            self.m.inner.in_flight.dec();
+            if !self.done {
+                let code = StatusCode::from_u16(499).expect("valid status");
+                self.m.observe(code, self.start.elapsed().as_secs_f64());
+            }
+        }
+    }
+    m.inner.in_flight.inc();
+    let mut guard = Guard {
+        m: m.clone(),
+        start: Instant::now(),
+        done: false,
+    };
+    let resp = next.run(req).await;
+    guard.done = true;
+    m.observe(resp.status(), guard.start.elapsed().as_secs_f64());
+    resp
+}
+
+/// A status to use when a request has no response yet.
+pub fn client_closed() -> StatusCode {
+    StatusCode::from_u16(499).expect("valid status")
+}

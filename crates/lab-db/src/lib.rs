@@ -1,0 +1,186 @@
+//! The lab database: schema migrations, the pinned planner settings, and connection helpers.
+//!
+//! Two drivers, each where it is strongest:
+//! - `sqlx` runs the migrations (`migrations/`, embedded at compile time, so a binary carries its
+//!   schema) and labctl's administrative statements.
+//! - `tokio-postgres` behind `deadpool-postgres` is entity-service's hot path: statements are
+//!   prepared explicitly and cached per pooled connection (`prepare_cached`), which is exactly the
+//!   behaviour the stale-statistics trigger depends on (a per-connection generic plan after five
+//!   executions); the pool reports how many callers are *waiting* for a connection, which sqlx's
+//!   pool does not; and a query can be cancelled server-side with a cancel token.
+
+use std::str::FromStr;
+
+use anyhow::Context;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{ConnectOptions, Connection, Executor, PgConnection};
+
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
+
+/// Planner settings the lab pins on its database so the stale-statistics plan flip is
+/// reproducible (../shared/design/stale-stats-trigger.md). Each is the PostgreSQL default, pinned
+/// because a tuned server (SSD `random_page_cost = 1.1`, a large `work_mem`) would not flip.
+pub const PINNED_SETTINGS: &[(&str, &str, &str)] = &[
+    (
+        "random_page_cost",
+        "4",
+        "the default; at 1.1 (common SSD tuning) the bitmap plan never wins and nothing flips",
+    ),
+    (
+        "plan_cache_mode",
+        "auto",
+        "the default; pooled connections switch to the generic plan after 5 executions",
+    ),
+    (
+        "work_mem",
+        "4MB",
+        "the default; states the memory the bitmap and the top-N sort get",
+    ),
+];
+
+/// The database name in a URL, e.g. `retry_storm_lab` in `postgres://u@h:5432/retry_storm_lab`.
+pub fn database_name(url: &str) -> anyhow::Result<String> {
+    let opts =
+        PgConnectOptions::from_str(url).with_context(|| format!("invalid database URL {url:?}"))?;
+    opts.get_database()
+        .map(str::to_owned)
+        .context("the database URL must name a database, e.g. postgres://postgres@127.0.0.1:5432/retry_storm_lab")
+}
+
+/// Create the database named in `url` if it does not exist (connecting to `postgres` to do so).
+pub async fn create_database_if_missing(url: &str) -> anyhow::Result<()> {
+    let name = database_name(url)?;
+    let admin = PgConnectOptions::from_str(url)?.database("postgres");
+    let mut conn = admin
+        .connect()
+        .await
+        .with_context(|| format!("connecting to the postgres database to create {name:?}"))?;
+    let exists: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
+            .bind(&name)
+            .fetch_one(&mut conn)
+            .await?;
+    if !exists {
+        // CREATE DATABASE cannot take a bind parameter; the name is quoted as an identifier.
+        let stmt = format!("CREATE DATABASE {}", quote_ident(&name));
+        if let Err(e) = conn.execute(stmt.as_str()).await {
+            // Two test binaries racing to create the same database is fine.
+            let duplicate = e
+                .as_database_error()
+                .and_then(|d| d.code())
+                .is_some_and(|c| c == "42P04" || c == "23505");
+            if !duplicate {
+                return Err(e).with_context(|| format!("creating database {name:?}"));
+            }
+        }
+    }
+    conn.close().await.ok();
+    Ok(())
+}
+
+/// Create (if needed), migrate and pin the lab database. Idempotent; safe on every start.
+pub async fn prepare(url: &str) -> anyhow::Result<()> {
+    create_database_if_missing(url).await?;
+    let name = database_name(url)?;
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .connect(url)
+        .await
+        .with_context(|| format!("connecting to {name:?}"))?;
+    MIGRATOR
+        .run(&pool)
+        .await
+        .with_context(|| format!("migrating {name:?}"))?;
+    for (setting, value, _why) in PINNED_SETTINGS {
+        let stmt = format!(
+            "ALTER DATABASE {} SET {setting} = '{value}'",
+            quote_ident(&name)
+        );
+        pool.execute(stmt.as_str())
+            .await
+            .with_context(|| format!("pinning {setting}"))?;
+    }
+    pool.close().await;
+    Ok(())
+}
+
+/// Drop the database named in `url` (tests clean up with this).
+pub async fn drop_database(url: &str) -> anyhow::Result<()> {
+    let name = database_name(url)?;
+    let admin = PgConnectOptions::from_str(url)?.database("postgres");
+    let mut conn = admin.connect().await?;
+    let stmt = format!(
+        "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+        quote_ident(&name)
+    );
+    conn.execute(stmt.as_str()).await?;
+    conn.close().await.ok();
+    Ok(())
+}
+
+/// A deadpool of tokio-postgres connections, `size` connections at most, waiting at most
+/// `wait_timeout` for a free one (None: wait as long as the caller's future lives).
+pub fn hot_path_pool(
+    url: &str,
+    size: usize,
+    wait_timeout: Option<std::time::Duration>,
+) -> anyhow::Result<deadpool_postgres::Pool> {
+    let pg: tokio_postgres::Config = url
+        .parse()
+        .with_context(|| format!("invalid database URL {url:?}"))?;
+    let mgr = deadpool_postgres::Manager::from_config(
+        pg,
+        tokio_postgres::NoTls,
+        deadpool_postgres::ManagerConfig {
+            // Fast: the pool only checks that the connection is not closed. A round trip per
+            // checkout would add a query per request to the service under study.
+            recycling_method: deadpool_postgres::RecyclingMethod::Fast,
+        },
+    );
+    let pool = deadpool_postgres::Pool::builder(mgr)
+        .max_size(size)
+        .runtime(deadpool_postgres::Runtime::Tokio1)
+        .wait_timeout(wait_timeout)
+        .create_timeout(Some(std::time::Duration::from_secs(5)))
+        .build()
+        .context("building the PostgreSQL pool")?;
+    Ok(pool)
+}
+
+/// Quote an SQL identifier (`"` doubled).
+pub fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// Open one sqlx connection (administrative statements, labctl).
+pub async fn connect(url: &str) -> anyhow::Result<PgConnection> {
+    PgConnection::connect(url)
+        .await
+        .with_context(|| format!("connecting to {url}"))
+}
+
+/// The statements entity-service prepares on every pooled connection. They live here so that
+/// labctl can `EXPLAIN` the very text the service runs (a plan belongs to a statement's text).
+pub mod queries {
+    /// Exact match of a batch of normalized spans for one tenant; the most popular entity wins
+    /// when two share a normalized name. Index: `(tenant_id, normalized_name)`.
+    pub const EXACT_MATCH: &str = "\
+SELECT DISTINCT ON (normalized_name) normalized_name, id, canonical_name, kind
+FROM entities
+WHERE tenant_id = $1 AND normalized_name = ANY($2)
+ORDER BY normalized_name, popularity DESC";
+
+    /// The hot candidate lookup: the tenant's 20 most popular entities of a kind in the request's
+    /// locale (or with none). With statistics on `locale` the planner walks
+    /// `(tenant_id, kind, popularity DESC)` and stops after 20 rows; without them it expects ~1
+    /// row, stops trusting the early exit and reads the tenant's whole (tenant, kind) range with a
+    /// Bitmap Heap Scan and a top-N sort (../shared/design/stale-stats-trigger.md). Columns are
+    /// named: a cached `SELECT *` fails with "cached plan must not change result type" after
+    /// `ADD COLUMN` instead of slowing down.
+    pub const CANDIDATE_LOOKUP: &str = "\
+SELECT id, canonical_name, normalized_name, kind, popularity
+FROM entities
+WHERE tenant_id = $1 AND kind = $2 AND (locale = $3 OR locale IS NULL)
+ORDER BY popularity DESC
+LIMIT 20";
+}

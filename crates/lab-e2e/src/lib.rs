@@ -1,0 +1,219 @@
+//! The whole synchronous path — edge-gateway → orchestrator(s) → entity-service(s) → PostgreSQL —
+//! started in one test process on ephemeral ports, over a fresh database.
+
+use std::time::Duration;
+
+use std::future::Future;
+use testkit::TestDb;
+
+/// How to shape the lab under test.
+#[derive(Debug, Clone)]
+pub struct LabOptions {
+    pub orchestrators: usize,
+    pub entity_services: usize,
+    /// Point the orchestrators here instead of at the entity-services started (a dead port, a
+    /// black hole).
+    pub entity_urls_override: Option<String>,
+    pub gateway_budget_ms: u64,
+    pub auth_cache_ttl_ms: u64,
+    pub max_body_bytes: usize,
+}
+
+impl Default for LabOptions {
+    fn default() -> Self {
+        Self {
+            orchestrators: 1,
+            entity_services: 1,
+            entity_urls_override: None,
+            gateway_budget_ms: 3000,
+            auth_cache_ttl_ms: 10_000,
+            max_body_bytes: 1 << 20,
+        }
+    }
+}
+
+/// A service running on its own Tokio runtime and thread. [`Running::kill`] drops that runtime,
+/// which ends every task of the service at once — listener, keep-alive connections, detached
+/// work — the in-process equivalent of `kill -9`. (Aborting only the serve task would leave
+/// hyper's per-connection tasks serving keep-alive connections, which a dead process cannot do.)
+pub struct Running {
+    pub url: String,
+    kill: std::sync::Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
+    thread: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl Running {
+    /// Start a service: `build` runs on the new runtime and returns the bound port and the
+    /// future that serves.
+    pub async fn start<B, F, S>(name: &str, build: B) -> Running
+    where
+        B: FnOnce() -> F + Send + 'static,
+        F: Future<Output = anyhow::Result<(u16, S)>> + 'static,
+        S: Future<Output = anyhow::Result<()>> + Send + 'static,
+    {
+        let (port_tx, port_rx) = tokio::sync::oneshot::channel();
+        let (kill_tx, kill_rx) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name(format!("lab-{name}"))
+            .spawn(move || {
+                let rt = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .enable_all()
+                    .build()
+                    .expect("runtime");
+                rt.block_on(async move {
+                    let (port, serve) = match build().await {
+                        Ok(v) => v,
+                        Err(e) => {
+                            let _ = port_tx.send(Err(format!("{e:#}")));
+                            return;
+                        }
+                    };
+                    let _ = port_tx.send(Ok(port));
+                    tokio::select! {
+                        _ = serve => {}
+                        _ = kill_rx => {}
+                    }
+                });
+                rt.shutdown_timeout(Duration::from_secs(1));
+            })
+            .expect("spawn service thread");
+        let port = port_rx
+            .await
+            .expect("service thread ended before binding")
+            .unwrap_or_else(|e| panic!("{name} failed to start: {e}"));
+        Running {
+            url: format!("http://127.0.0.1:{port}"),
+            kill: std::sync::Mutex::new(Some(kill_tx)),
+            thread: std::sync::Mutex::new(Some(thread)),
+        }
+    }
+
+    /// End the service and everything it runs; returns once its runtime is gone.
+    pub fn kill(&self) {
+        if let Some(tx) = self.kill.lock().unwrap().take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.thread.lock().unwrap().take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+pub struct Lab {
+    pub db: TestDb,
+    pub gateway: Running,
+    pub orchestrators: Vec<Running>,
+    pub entity_services: Vec<Running>,
+}
+
+impl Lab {
+    /// Start the lab over `db` (already holding whatever fixtures the test needs).
+    pub async fn start(db: TestDb, opts: LabOptions) -> Lab {
+        let mut entity_services = Vec::new();
+        for _ in 0..opts.entity_services {
+            let mut s = entity_service::Settings::defaults().unwrap();
+            s.http.port = 0;
+            s.database.url = db.url.clone();
+            s.database.pool_size = 4;
+            entity_services.push(
+                Running::start("entity-service", move || async move {
+                    let app = entity_service::Application::build(s).await?;
+                    Ok((app.port(), app.run_until_stopped(std::future::pending())))
+                })
+                .await,
+            );
+        }
+        let entity_urls = opts.entity_urls_override.clone().unwrap_or_else(|| {
+            entity_services
+                .iter()
+                .map(|r| r.url.clone())
+                .collect::<Vec<_>>()
+                .join(",")
+        });
+        let mut orchestrators = Vec::new();
+        for _ in 0..opts.orchestrators {
+            let mut s = orchestrator::Settings::defaults().unwrap();
+            s.http.port = 0;
+            s.entity.urls = entity_urls.clone();
+            orchestrators.push(
+                Running::start("orchestrator", move || async move {
+                    let app = orchestrator::Application::build(s).await?;
+                    Ok((app.port(), app.run_until_stopped(std::future::pending())))
+                })
+                .await,
+            );
+        }
+        let mut s = edge_gateway::Settings::defaults().unwrap();
+        s.http.port = 0;
+        s.database.url = db.url.clone();
+        s.budget.request_ms = opts.gateway_budget_ms;
+        s.http.drain_seconds = opts.gateway_budget_ms / 1000 + 1;
+        s.auth.cache_ttl_ms = opts.auth_cache_ttl_ms;
+        s.limits.max_body_bytes = opts.max_body_bytes;
+        s.upstream.orchestrators = orchestrators
+            .iter()
+            .map(|r| r.url.clone())
+            .collect::<Vec<_>>()
+            .join(",");
+        // Probe fast so rotation changes within a test's patience.
+        s.upstream.probe_interval_ms = 100;
+        s.upstream.probe_timeout_ms = 500;
+        let gateway = Running::start("edge-gateway", move || async move {
+            let app = edge_gateway::Application::build(s).await?;
+            Ok((app.port(), app.run_until_stopped(std::future::pending())))
+        })
+        .await;
+        Lab {
+            db,
+            gateway,
+            orchestrators,
+            entity_services,
+        }
+    }
+
+    /// `POST /v1/extract` with `api_key`; a generous client timeout so a hang shows as an error
+    /// rather than a stuck test.
+    pub async fn extract(&self, api_key: &str, body: serde_json::Value) -> reqwest::Response {
+        reqwest::Client::new()
+            .post(format!("{}/v1/extract", self.gateway.url))
+            .bearer_auth(api_key)
+            .timeout(Duration::from_secs(20))
+            .json(&body)
+            .send()
+            .await
+            .expect("the gateway answered (no hang, no connection error)")
+    }
+
+    /// One metric's value summed over the given label filter, from a service's `/metrics`.
+    pub async fn metric(base: &str, name: &str, label_filter: &str) -> f64 {
+        let text = reqwest::get(format!("{base}/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        sum_metric(&text, name, label_filter)
+    }
+}
+
+/// Sum every sample of `name` whose label set contains `label_filter` (e.g. `result="hit"`).
+pub fn sum_metric(text: &str, name: &str, label_filter: &str) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let (metric, labels) = match series.split_once('{') {
+                Some((m, rest)) => (m, rest),
+                None => (series, ""),
+            };
+            (metric == name && labels.contains(label_filter)).then(|| value.parse::<f64>().ok())?
+        })
+        .sum()
+}

@@ -1,0 +1,340 @@
+//! The synchronous path end to end: real extractions, auth, hostile input, and a dead or silent
+//! dependency answered within the budget instead of a hang.
+
+use lab_e2e::{Lab, LabOptions};
+use serde_json::{json, Value};
+use testkit::{fixtures, TestDb};
+
+const DOC: &str = "The buyer Müller Logistik GmbH paid Anna Schmidt. Our auditor Vega Labs agreed \
+                   with Müller Logistik AG on the terms.";
+
+async fn seeded_db() -> (TestDb, fixtures::TenantKey, fixtures::TenantKey) {
+    let db = TestDb::new().await;
+    let a = fixtures::tenant_with_key(&db.url, 1).await;
+    let b = fixtures::tenant_with_key(&db.url, 2).await;
+    fixtures::entities(
+        &db.url,
+        &[
+            (10, 1, "organization", "Müller Logistik GmbH", 900),
+            (11, 1, "organization", "Vega Labs", 800),
+            (12, 1, "person", "Anna Schmidt", 500),
+            (20, 2, "organization", "Secret Bank", 100),
+        ],
+    )
+    .await;
+    (db, a, b)
+}
+
+fn slice(text: &str, start: u64, end: u64) -> String {
+    text.chars()
+        .skip(start as usize)
+        .take((end - start) as usize)
+        .collect()
+}
+
+#[tokio::test]
+async fn extract_returns_resolved_entities_with_char_offsets_and_caches_them() {
+    let (db, a, _) = seeded_db().await;
+    let lab = Lab::start(db, LabOptions::default()).await;
+
+    let resp = lab
+        .extract(
+            &a.api_key,
+            json!({"doc_id": "doc-1", "text": DOC, "locale": "de"}),
+        )
+        .await;
+    assert_eq!(resp.status(), 200);
+    assert!(resp.headers().contains_key("x-request-id"));
+    let body: Value = resp.json().await.unwrap();
+    let found: Vec<(i64, String, String)> = body["entities"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let (s, en) = (e["start"].as_u64().unwrap(), e["end"].as_u64().unwrap());
+            assert_eq!(
+                slice(DOC, s, en),
+                e["mention"].as_str().unwrap(),
+                "offsets point at the mention"
+            );
+            (
+                e["entity"]["id"].as_i64().unwrap(),
+                e["mention"].as_str().unwrap().to_string(),
+                e["entity"]["kind"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        found,
+        vec![
+            (10, "Müller Logistik GmbH".into(), "organization".into()),
+            (12, "Anna Schmidt".into(), "person".into()),
+            (11, "Vega Labs".into(), "organization".into()),
+            (10, "Müller Logistik AG".into(), "organization".into()),
+        ]
+    );
+    let variant = &body["entities"][3];
+    assert!(
+        variant["confidence"].as_f64().unwrap() < 1.0,
+        "a variant is a candidate match"
+    );
+    assert_eq!(body["entities"][0]["confidence"], 1.0);
+
+    // The same document again is answered from the orchestrator's cache: no new calls.
+    let orch = &lab.orchestrators[0].url;
+    let calls_before = Lab::metric(orch, "entity_requests_total", "").await;
+    let resp = lab
+        .extract(
+            &a.api_key,
+            json!({"doc_id": "doc-1b", "text": DOC, "locale": "de"}),
+        )
+        .await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(
+        Lab::metric(orch, "entity_requests_total", "").await,
+        calls_before
+    );
+    assert!(Lab::metric(orch, "orchestrator_cache_requests_total", "result=\"hit\"").await >= 4.0);
+    assert_eq!(
+        Lab::metric(&lab.gateway.url, "gateway_requests_total", "status=\"200\"").await,
+        2.0
+    );
+}
+
+#[tokio::test]
+async fn extract_never_reads_another_tenants_entities() {
+    let (db, a, b) = seeded_db().await;
+    let lab = Lab::start(db, LabOptions::default()).await;
+    let text = "The payee Secret Bank confirmed.";
+    let body: Value = lab
+        .extract(&a.api_key, json!({"doc_id": "x", "text": text}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        body["entities"],
+        json!([]),
+        "tenant 1 must not see tenant 2's entity"
+    );
+    assert_eq!(body["unresolved"], 1);
+    let body: Value = lab
+        .extract(&b.api_key, json!({"doc_id": "x", "text": text}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(body["entities"][0]["entity"]["id"], 20);
+}
+
+#[tokio::test]
+async fn extract_refuses_unknown_malformed_and_revoked_keys() {
+    let (db, a, _) = seeded_db().await;
+    let url = db.url.clone();
+    let opts = LabOptions {
+        auth_cache_ttl_ms: 0,
+        ..LabOptions::default()
+    };
+    let lab = Lab::start(db, opts).await;
+    let doc = json!({"doc_id": "d", "text": DOC});
+
+    let wrong_secret = format!("rsl_{}_{}", a.key_id, "0".repeat(64));
+    for key in [wrong_secret.as_str(), "rsl_ffffffffffff_00", "not-a-key"] {
+        let resp = lab.extract(key, doc.clone()).await;
+        assert_eq!(resp.status(), 401, "key {key}");
+        let body: Value = resp.json().await.unwrap();
+        assert_eq!(body["error"]["code"], "unauthorized");
+    }
+    let resp = reqwest::Client::new()
+        .post(format!("{}/v1/extract", lab.gateway.url))
+        .json(&doc)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 401, "no Authorization header");
+
+    assert_eq!(lab.extract(&a.api_key, doc.clone()).await.status(), 200);
+    fixtures::revoke(&url, &a.key_id).await;
+    assert_eq!(
+        lab.extract(&a.api_key, doc).await.status(),
+        401,
+        "revoked key"
+    );
+}
+
+#[tokio::test]
+async fn extract_rejects_hostile_input_with_json_errors() {
+    let (db, a, _) = seeded_db().await;
+    let opts = LabOptions {
+        max_body_bytes: 4096,
+        ..LabOptions::default()
+    };
+    let lab = Lab::start(db, opts).await;
+    let client = reqwest::Client::new();
+    let post = |body: String, ct: &'static str| {
+        client
+            .post(format!("{}/v1/extract", lab.gateway.url))
+            .bearer_auth(&a.api_key)
+            .header("content-type", ct)
+            .body(body)
+            .send()
+    };
+    let cases: Vec<(String, &str, u16, &str)> = vec![
+        (
+            "{not json".into(),
+            "application/json",
+            400,
+            "invalid_request",
+        ),
+        (
+            r#"{"doc_id":"d"}"#.into(),
+            "application/json",
+            400,
+            "invalid_request",
+        ),
+        (
+            r#"{"doc_id":"d","text":"x","bogus":1}"#.into(),
+            "application/json",
+            400,
+            "invalid_request",
+        ),
+        (
+            r#"{"doc_id":"","text":"x"}"#.into(),
+            "application/json",
+            400,
+            "invalid_request",
+        ),
+        (
+            r#"{"doc_id":"d","text":"x","locale":"de;drop"}"#.into(),
+            "application/json",
+            400,
+            "invalid_request",
+        ),
+        (
+            r#"{"doc_id":"d","text":"x"}"#.into(),
+            "text/plain",
+            415,
+            "unsupported_media_type",
+        ),
+        (
+            format!(r#"{{"doc_id":"d","text":"{}"}}"#, "a".repeat(10_000)),
+            "application/json",
+            413,
+            "payload_too_large",
+        ),
+    ];
+    for (body, ct, status, code) in cases {
+        let resp = post(body.clone(), ct).await.unwrap();
+        assert_eq!(resp.status().as_u16(), status, "body {:.60}", body);
+        let err: Value = resp.json().await.unwrap();
+        assert_eq!(err["error"]["code"], code, "body {:.60}", body);
+        assert!(err["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()));
+    }
+    assert_eq!(
+        Lab::metric(&lab.orchestrators[0].url, "orchestrator_requests_total", "").await,
+        0.0,
+        "nothing invalid reaches the orchestrator"
+    );
+}
+
+#[tokio::test]
+async fn extract_with_entity_service_down_answers_5xx_not_a_hang() {
+    let (db, a, _) = seeded_db().await;
+    // A port nobody listens on: connection refused.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let opts = LabOptions {
+        entity_urls_override: Some(dead),
+        ..LabOptions::default()
+    };
+    let lab = Lab::start(db, opts).await;
+    let resp = lab
+        .extract(&a.api_key, json!({"doc_id": "d", "text": DOC}))
+        .await;
+    assert_eq!(resp.status(), 503);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "entity_unavailable");
+}
+
+#[tokio::test]
+async fn extract_with_silent_entity_service_answers_504_at_the_budget() {
+    let (db, a, _) = seeded_db().await;
+    // A black hole: accepts connections and never answers.
+    let hole = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hole_url = format!("http://{}", hole.local_addr().unwrap());
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = accepted.clone();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((sock, _)) = hole.accept().await {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            held.push(sock);
+        }
+    });
+    let opts = LabOptions {
+        entity_urls_override: Some(hole_url),
+        gateway_budget_ms: 600,
+        ..LabOptions::default()
+    };
+    let lab = Lab::start(db, opts).await;
+    let resp = lab
+        .extract(&a.api_key, json!({"doc_id": "d", "text": DOC}))
+        .await;
+    assert!(
+        resp.status() == 504,
+        "the gateway answers at its budget (got {})",
+        resp.status()
+    );
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "deadline_exceeded");
+    assert_eq!(
+        accepted.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "one call, no retries"
+    );
+}
+
+#[tokio::test]
+async fn gateway_keeps_serving_from_the_surviving_orchestrator() {
+    let (db, a, _) = seeded_db().await;
+    let opts = LabOptions {
+        orchestrators: 2,
+        ..LabOptions::default()
+    };
+    let lab = Lab::start(db, opts).await;
+    let doc = json!({"doc_id": "d", "text": DOC});
+    for _ in 0..4 {
+        assert_eq!(lab.extract(&a.api_key, doc.clone()).await.status(), 200);
+    }
+    let killed = lab.orchestrators[0].url.clone();
+    lab.orchestrators[0].kill();
+    let mut ok = 0;
+    for _ in 0..20 {
+        if lab.extract(&a.api_key, doc.clone()).await.status() == 200 {
+            ok += 1;
+        }
+    }
+    assert_eq!(
+        ok, 20,
+        "every request after the kill is served by the other replica"
+    );
+    let ready = Lab::metric(
+        &lab.gateway.url,
+        "gateway_upstream_ready",
+        &format!("endpoint=\"{killed}\""),
+    )
+    .await;
+    assert_eq!(ready, 0.0, "the dead replica is out of rotation");
+    assert!(
+        Lab::metric(
+            &lab.orchestrators[1].url,
+            "orchestrator_requests_total",
+            "status=\"200\""
+        )
+        .await
+            >= 20.0
+    );
+}

@@ -1,0 +1,159 @@
+//! API keys: `Authorization: Bearer rsl_<key_id>_<secret>`.
+//!
+//! PostgreSQL stores the SHA-256 of each key, never the key. A presented key is looked up by its
+//! id, hashed, and compared in constant time. Verified, unknown and revoked key ids are cached for
+//! `auth.cache_ttl_ms`, so PostgreSQL sees one lookup per key per TTL and is not on every
+//! request's path; a revocation takes effect within that TTL.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use lab_core::http::ApiError;
+use prometheus::IntCounterVec;
+use sha2::{Digest, Sha256};
+use sqlx::PgPool;
+
+/// The verified identity of a caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tenant {
+    pub id: i64,
+}
+
+#[derive(Clone)]
+enum Cached {
+    Active {
+        tenant: i64,
+        sha256: [u8; 32],
+    },
+    /// Unknown or revoked: cached too, so a flood of bad keys cannot reach PostgreSQL.
+    Refused,
+}
+
+pub struct KeyStore {
+    pool: PgPool,
+    ttl: Duration,
+    cache: Mutex<HashMap<String, (Instant, Cached)>>,
+    outcomes: IntCounterVec,
+}
+
+/// Longest `Authorization` value considered; anything longer is not one of our keys.
+const MAX_KEY_LEN: usize = 128;
+
+impl KeyStore {
+    pub fn new(pool: PgPool, ttl: Duration, metrics: &lab_core::metrics::Metrics) -> Self {
+        Self {
+            pool,
+            ttl,
+            cache: Mutex::new(HashMap::new()),
+            outcomes: metrics.counter_vec(
+                "gateway_auth_total",
+                "Authentication decisions, by result (ok, missing, malformed, refused, unavailable)",
+                &["result"],
+            ),
+        }
+    }
+
+    /// Verify the `Authorization` header value.
+    pub async fn authenticate(&self, authorization: Option<&str>) -> Result<Tenant, ApiError> {
+        let result = self.check(authorization).await;
+        let label = match &result {
+            Ok(_) => "ok",
+            Err((label, _)) => label,
+        };
+        self.outcomes.with_label_values(&[label]).inc();
+        result.map_err(|(_, e)| e)
+    }
+
+    async fn check(&self, authorization: Option<&str>) -> Result<Tenant, (&'static str, ApiError)> {
+        let Some(value) = authorization else {
+            return Err((
+                "missing",
+                ApiError::unauthorized("missing credentials: send Authorization: Bearer <api key>"),
+            ));
+        };
+        let invalid = || ("malformed", ApiError::unauthorized("invalid API key"));
+        let key = value.strip_prefix("Bearer ").ok_or_else(invalid)?.trim();
+        if key.len() > MAX_KEY_LEN {
+            return Err(invalid());
+        }
+        let key_id = parse_key_id(key).ok_or_else(invalid)?;
+        let presented: [u8; 32] = Sha256::digest(key.as_bytes()).into();
+        let entry = self.lookup(key_id).await?;
+        match entry {
+            Cached::Active { tenant, sha256 }
+                if constant_time_eq::constant_time_eq_32(&sha256, &presented) =>
+            {
+                Ok(Tenant { id: tenant })
+            }
+            _ => Err(("refused", ApiError::unauthorized("invalid API key"))),
+        }
+    }
+
+    async fn lookup(&self, key_id: &str) -> Result<Cached, (&'static str, ApiError)> {
+        if let Some((at, c)) = self.cache.lock().expect("auth cache lock").get(key_id) {
+            if at.elapsed() < self.ttl {
+                return Ok(c.clone());
+            }
+        }
+        let row: Option<(i64, Vec<u8>, bool)> = sqlx::query_as(
+            "SELECT tenant_id, key_sha256, revoked_at IS NOT NULL FROM api_keys WHERE key_id = $1",
+        )
+        .bind(key_id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| {
+            tracing::warn!(error = %e, "API key lookup failed");
+            (
+                "unavailable",
+                ApiError::unavailable(
+                    "auth_unavailable",
+                    "cannot verify the API key right now; retry later",
+                ),
+            )
+        })?;
+        let cached = match row {
+            Some((tenant, hash, false)) if hash.len() == 32 => Cached::Active {
+                tenant,
+                sha256: hash.try_into().expect("length checked"),
+            },
+            _ => Cached::Refused,
+        };
+        let mut cache = self.cache.lock().expect("auth cache lock");
+        // Bound the cache: a scan of random key ids must not grow it without limit.
+        if cache.len() > 100_000 {
+            cache.retain(|_, (at, _)| at.elapsed() < self.ttl);
+        }
+        cache.insert(key_id.to_string(), (Instant::now(), cached.clone()));
+        Ok(cached)
+    }
+}
+
+/// `rsl_<key_id>_<secret>` → `key_id` (12 lowercase hex characters).
+pub fn parse_key_id(key: &str) -> Option<&str> {
+    let rest = key.strip_prefix("rsl_")?;
+    let (id, secret) = rest.split_once('_')?;
+    let hex = |s: &str| {
+        s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    };
+    (id.len() == 12 && hex(id) && !secret.is_empty() && hex(secret)).then_some(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_key_id_accepts_only_the_documented_shape() {
+        assert_eq!(
+            parse_key_id("rsl_0123456789ab_deadbeef"),
+            Some("0123456789ab")
+        );
+        assert_eq!(parse_key_id("rsl_0123456789ab_"), None);
+        assert_eq!(parse_key_id("rsl_0123456789AB_deadbeef"), None);
+        assert_eq!(parse_key_id("rsl_short_deadbeef"), None);
+        assert_eq!(parse_key_id("xyz_0123456789ab_deadbeef"), None);
+        assert_eq!(parse_key_id(""), None);
+    }
+}

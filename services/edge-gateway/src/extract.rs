@@ -1,0 +1,263 @@
+//! `POST /v1/extract`: authenticate, validate, forward within the 3 s budget.
+//!
+//! The budget is enforced for the whole request: at `budget.request_ms` the client gets a 504
+//! and the upstream call is dropped, which closes its connection — the gateway cancels correctly
+//! in every mode (the postmortem's gateway did too; the orphans lived below it).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use axum::body::Body;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use lab_api::headers;
+use lab_api::wire::{ExtractRequest, InternalExtractRequest};
+use lab_core::http::ApiError;
+use prometheus::IntCounterVec;
+
+use crate::auth::KeyStore;
+use crate::configuration::{BudgetSettings, LimitSettings};
+use crate::upstream::Upstreams;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub keys: Arc<KeyStore>,
+    pub upstreams: Arc<Upstreams>,
+    pub http: reqwest::Client,
+    pub budget: BudgetSettings,
+    pub limits: LimitSettings,
+    pub attempts: IntCounterVec,
+}
+
+pub async fn extract(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    body: Result<axum::body::Bytes, BytesRejection>,
+) -> Response {
+    let started = Instant::now();
+    let request_id = headers
+        .get(headers::REQUEST_ID)
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.is_empty() && v.len() <= 128 && v.bytes().all(|b| b.is_ascii_graphic()))
+        .map(str::to_owned)
+        .unwrap_or_else(new_request_id);
+    let result = match body {
+        Ok(body) => handle(&st, &headers, body, started, &request_id).await,
+        Err(rejection) => Err(body_rejection(rejection)),
+    };
+    let mut resp = match result {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    };
+    if let Ok(v) = HeaderValue::from_str(&request_id) {
+        resp.headers_mut().insert(headers::REQUEST_ID, v);
+    }
+    resp
+}
+
+async fn handle(
+    st: &AppState,
+    headers: &HeaderMap,
+    body: axum::body::Bytes,
+    started: Instant,
+    request_id: &str,
+) -> Result<Response, ApiError> {
+    let auth = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    let tenant = st.keys.authenticate(auth).await?;
+    let req = parse(headers, body)?;
+    validate(&req, &st.limits)?;
+
+    let budget = Duration::from_millis(st.budget.request_ms);
+    let user_deadline_ms = (SystemTime::now() + budget.saturating_sub(started.elapsed()))
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis();
+    let internal = InternalExtractRequest {
+        tenant_id: tenant.id,
+        doc_id: req.doc_id,
+        text: req.text,
+        locale: req.locale,
+        doc_type: req.doc_type,
+    };
+    let body = serde_json::to_vec(&internal).map_err(|e| ApiError::internal(e.to_string()))?;
+    let deadline = started + budget;
+
+    let forward = forward(st, &body, deadline, request_id, user_deadline_ms);
+    match tokio::time::timeout_at(deadline.into(), forward).await {
+        Ok(result) => result,
+        Err(_) => {
+            st.attempts.with_label_values(&["budget_exhausted"]).inc();
+            Err(ApiError::deadline_exceeded(format!(
+                "the request did not complete within its {} ms budget",
+                budget.as_millis()
+            )))
+        }
+    }
+}
+
+fn body_rejection(rejection: BytesRejection) -> ApiError {
+    if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            "the request body exceeds the gateway's limit (limits.max_body_bytes)",
+        )
+    } else {
+        ApiError::bad_request(format!(
+            "cannot read the request body: {}",
+            rejection.body_text()
+        ))
+    }
+}
+
+/// Parse the body as JSON: the content type must say JSON (415 otherwise), then serde decides
+/// (400 with the field and position of the first problem).
+fn parse(headers: &HeaderMap, body: axum::body::Bytes) -> Result<ExtractRequest, ApiError> {
+    let is_json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|m| {
+            let m = m.trim().to_ascii_lowercase();
+            m == "application/json" || (m.starts_with("application/") && m.ends_with("+json"))
+        });
+    if !is_json {
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            "send the body as JSON with Content-Type: application/json",
+        ));
+    }
+    serde_json::from_slice::<ExtractRequest>(&body)
+        .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
+}
+
+fn validate(req: &ExtractRequest, limits: &LimitSettings) -> Result<(), ApiError> {
+    let id_len = req.doc_id.chars().count();
+    if id_len == 0 || id_len > limits.max_doc_id_chars {
+        return Err(ApiError::bad_request(format!(
+            "doc_id: must be 1..={} characters",
+            limits.max_doc_id_chars
+        )));
+    }
+    if req.doc_id.chars().any(char::is_control) {
+        return Err(ApiError::bad_request(
+            "doc_id: control characters are not allowed",
+        ));
+    }
+    let text_len = req.text.chars().count();
+    if text_len == 0 || text_len > limits.max_text_chars {
+        return Err(ApiError::bad_request(format!(
+            "text: must be 1..={} characters",
+            limits.max_text_chars
+        )));
+    }
+    if let Some(l) = &req.locale {
+        // BCP 47-ish: "de", "fr-CA", "es-419"; 35 is the longest tag BCP 47 guarantees to support.
+        let ok = !l.is_empty()
+            && l.len() <= 35
+            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+        if !ok {
+            return Err(ApiError::bad_request(
+                "locale: must be a language tag such as \"de\" or \"fr-CA\"",
+            ));
+        }
+    }
+    if let Some(t) = &req.doc_type {
+        if t.is_empty() || t.len() > 64 {
+            return Err(ApiError::bad_request("doc_type: must be 1..=64 characters"));
+        }
+    }
+    Ok(())
+}
+
+/// Send to a ready orchestrator; on a refused connection eject it and use the next one.
+async fn forward(
+    st: &AppState,
+    body: &[u8],
+    deadline: Instant,
+    request_id: &str,
+    user_deadline_ms: u128,
+) -> Result<Response, ApiError> {
+    let mut tried = Vec::new();
+    loop {
+        let Some(i) = st.upstreams.pick(&tried) else {
+            st.attempts.with_label_values(&["no_ready_upstream"]).inc();
+            return Err(ApiError::unavailable(
+                "no_ready_upstream",
+                "no orchestrator replica is ready to serve",
+            ));
+        };
+        tried.push(i);
+        let url = &st.upstreams.endpoints()[i].url;
+        let left = deadline.saturating_duration_since(Instant::now());
+        let sent = st
+            .http
+            .post(format!("{url}/internal/extract"))
+            .header(header::CONTENT_TYPE, "application/json")
+            .header(headers::REQUEST_ID, request_id)
+            .header(headers::REQUEST_BUDGET_MS, left.as_millis().to_string())
+            .header(headers::OBSERVE_USER_DEADLINE, user_deadline_ms.to_string())
+            .body(body.to_vec())
+            .send()
+            .await;
+        match sent {
+            Ok(resp) => {
+                let status = resp.status();
+                st.attempts
+                    .with_label_values(&[if status.is_success() {
+                        "ok"
+                    } else {
+                        "error_status"
+                    }])
+                    .inc();
+                let bytes = resp.bytes().await.map_err(|e| {
+                    ApiError::new(
+                        StatusCode::BAD_GATEWAY,
+                        "upstream_failed",
+                        format!("reading the orchestrator's answer: {e}"),
+                    )
+                })?;
+                let status =
+                    StatusCode::from_u16(status.as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+                return Ok(Response::builder()
+                    .status(status)
+                    .header(header::CONTENT_TYPE, "application/json")
+                    .body(Body::from(bytes))
+                    .expect("valid response"));
+            }
+            Err(e) if e.is_connect() => {
+                st.attempts.with_label_values(&["connect_refused"]).inc();
+                st.upstreams.eject(i);
+                continue;
+            }
+            Err(e) => {
+                st.attempts.with_label_values(&["transport_error"]).inc();
+                return Err(ApiError::new(
+                    StatusCode::BAD_GATEWAY,
+                    "upstream_failed",
+                    format!("the orchestrator connection failed: {e}"),
+                ));
+            }
+        }
+    }
+}
+
+/// Process-unique, time-ordered request id when the client sent none.
+fn new_request_id() -> String {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos() as u64;
+    format!(
+        "{nanos:016x}{:08x}{:06x}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed) & 0xff_ffff
+    )
+}

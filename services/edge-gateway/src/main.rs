@@ -1,0 +1,10 @@
+use edge_gateway::{Application, Settings};
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    lab_core::telemetry::init("edge-gateway", "info");
+    let settings = Settings::load()?;
+    let app = Application::build(settings).await?;
+    app.run_until_stopped(lab_core::server::shutdown_signal())
+        .await
+}

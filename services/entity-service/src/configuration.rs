@@ -1,0 +1,39 @@
+//! entity-service configuration (see `config/defaults.toml` for every value and its why).
+
+use lab_core::server::HttpSettings;
+use serde::Deserialize;
+
+pub const DEFAULTS: &str = include_str!("../config/defaults.toml");
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct Settings {
+    pub http: HttpSettings,
+    pub database: DatabaseSettings,
+    pub resolve: ResolveSettings,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DatabaseSettings {
+    pub url: String,
+    pub pool_size: usize,
+    pub pool_wait_ms: u64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResolveSettings {
+    pub max_spans: usize,
+    pub min_confidence: f32,
+}
+
+impl Settings {
+    pub fn load() -> anyhow::Result<Self> {
+        lab_core::config::load("entity-service", DEFAULTS)
+    }
+
+    /// Defaults only (tests build on this and override fields).
+    pub fn defaults() -> anyhow::Result<Self> {
+        lab_core::config::load_from("entity-service", DEFAULTS, std::iter::empty())
+    }
+}

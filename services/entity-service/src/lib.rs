@@ -1,0 +1,21 @@
+//! entity-service: resolves text spans to canonical entities in PostgreSQL.
+//!
+//! In the incident this is the dependency that got slow (stale statistics flipped its hot lookup
+//! to a bitmap heap scan: p99 120 → 640 ms). It is a plain, honest service: everything that made
+//! the incident worse happened in its callers.
+//!
+//! # Layout
+//! - [`configuration`]: settings and their defaults.
+//! - [`startup`]: `Application::build` / `port` / `run_until_stopped`.
+//! - [`resolve`]: `POST /v1/resolve` — exact match, then the locale-aware candidate lookup.
+//! - [`score`]: how a candidate is scored against a span.
+//! - [`telemetry`]: this service's metrics, including abandoned work.
+
+pub mod configuration;
+pub mod resolve;
+pub mod score;
+pub mod startup;
+pub mod telemetry;
+
+pub use configuration::Settings;
+pub use startup::Application;

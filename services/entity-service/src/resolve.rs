@@ -1,0 +1,213 @@
+//! `POST /v1/resolve`: one batch of normalized spans for one tenant.
+//!
+//! Two prepared statements, cached per pooled connection (`prepare_cached`): the exact match for
+//! the whole batch in one round trip, then — for spans without an exact match — the locale-aware
+//! candidate lookup once per distinct kind, each candidate scored against each span. The
+//! candidate lookup is the statement the incident's trigger degrades.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Instant;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::Json;
+use deadpool_postgres::{Pool, PoolError};
+use lab_api::headers;
+use lab_api::wire::{EntityRef, MatchMethod, Resolution, ResolveRequest, ResolveResponse};
+use lab_core::http::{ApiError, JsonBody};
+use lab_db::queries;
+
+use crate::configuration::ResolveSettings;
+use crate::score::jaccard;
+use crate::telemetry::{ServiceMetrics, WorkGuard};
+
+/// The kinds the schema allows (its CHECK constraint).
+pub const KINDS: &[&str] = &["organization", "person", "location", "product"];
+/// Longest normalized span accepted: far above any name, far below anything that hurts.
+const MAX_SPAN_CHARS: usize = 256;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub pool: Pool,
+    pub metrics: ServiceMetrics,
+    pub settings: ResolveSettings,
+}
+
+pub async fn resolve(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    JsonBody(req): JsonBody<ResolveRequest>,
+) -> Result<Json<ResolveResponse>, ApiError> {
+    let user_deadline = headers
+        .get(headers::OBSERVE_USER_DEADLINE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let _work = WorkGuard::new(st.metrics.clone(), user_deadline);
+    validate(&req, &st.settings)?;
+    if req.spans.is_empty() {
+        return Ok(Json(ResolveResponse { results: vec![] }));
+    }
+
+    let acquire = Instant::now();
+    let client = st.pool.get().await.map_err(pool_error)?;
+    observe(&st.metrics, "acquire", acquire);
+
+    // Exact matches for the whole batch in one round trip.
+    let started = Instant::now();
+    let exact_stmt = client
+        .prepare_cached(queries::EXACT_MATCH)
+        .await
+        .map_err(db_error)?;
+    let names: Vec<&str> = req.spans.iter().map(|s| s.normalized.as_str()).collect();
+    let rows = client
+        .query(&exact_stmt, &[&req.tenant, &names])
+        .await
+        .map_err(db_error)?;
+    observe(&st.metrics, "exact", started);
+    let mut exact: HashMap<String, EntityRef> = HashMap::with_capacity(rows.len());
+    for row in rows {
+        exact.insert(
+            row.get::<_, String>(0),
+            EntityRef {
+                id: row.get(1),
+                name: row.get(2),
+                kind: row.get(3),
+            },
+        );
+    }
+
+    let mut results: Vec<Option<Resolution>> = vec![None; req.spans.len()];
+    let mut unmatched: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (i, span) in req.spans.iter().enumerate() {
+        match exact.get(&span.normalized) {
+            Some(entity) => {
+                results[i] = Some(Resolution {
+                    entity: entity.clone(),
+                    confidence: 1.0,
+                    method: MatchMethod::Exact,
+                })
+            }
+            None => unmatched.entry(span.kind.as_str()).or_default().push(i),
+        }
+    }
+
+    // The hot statement: once per distinct kind among the spans without an exact match.
+    if !unmatched.is_empty() {
+        let cand_stmt = client
+            .prepare_cached(queries::CANDIDATE_LOOKUP)
+            .await
+            .map_err(db_error)?;
+        for (kind, idxs) in unmatched {
+            let started = Instant::now();
+            let rows = client
+                .query(&cand_stmt, &[&req.tenant, &kind, &req.locale])
+                .await
+                .map_err(db_error)?;
+            observe(&st.metrics, "candidate", started);
+            let candidates: Vec<(EntityRef, String)> = rows
+                .iter()
+                .map(|r| {
+                    (
+                        EntityRef {
+                            id: r.get(0),
+                            name: r.get(1),
+                            kind: r.get(3),
+                        },
+                        r.get::<_, String>(2),
+                    )
+                })
+                .collect();
+            for i in idxs {
+                let span = &req.spans[i].normalized;
+                let best = candidates
+                    .iter()
+                    .map(|(e, norm)| (e, jaccard(span, norm)))
+                    .max_by(|a, b| a.1.total_cmp(&b.1));
+                if let Some((entity, score)) = best {
+                    if score >= st.settings.min_confidence {
+                        results[i] = Some(Resolution {
+                            entity: entity.clone(),
+                            confidence: score,
+                            method: MatchMethod::Candidate,
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    for r in &results {
+        let method = match r.as_ref().map(|r| r.method) {
+            Some(MatchMethod::Exact) => "exact",
+            Some(MatchMethod::Candidate) => "candidate",
+            None => "none",
+        };
+        st.metrics.spans.with_label_values(&[method]).inc();
+    }
+    Ok(Json(ResolveResponse { results }))
+}
+
+fn validate(req: &ResolveRequest, settings: &ResolveSettings) -> Result<(), ApiError> {
+    if req.spans.len() > settings.max_spans {
+        return Err(ApiError::bad_request(format!(
+            "spans: {} spans in one batch, at most {} allowed",
+            req.spans.len(),
+            settings.max_spans
+        )));
+    }
+    for (i, s) in req.spans.iter().enumerate() {
+        if s.normalized.is_empty() || s.normalized.chars().count() > MAX_SPAN_CHARS {
+            return Err(ApiError::bad_request(format!(
+                "spans[{i}].normalized: must be 1..={MAX_SPAN_CHARS} characters"
+            )));
+        }
+        if !KINDS.contains(&s.kind.as_str()) {
+            return Err(ApiError::bad_request(format!(
+                "spans[{i}].kind: {:?} is not one of {KINDS:?}",
+                s.kind
+            )));
+        }
+    }
+    if let Some(l) = &req.locale {
+        if l.is_empty() || l.len() > 35 {
+            return Err(ApiError::bad_request("locale: must be 1..=35 characters"));
+        }
+    }
+    Ok(())
+}
+
+fn observe(m: &ServiceMetrics, query: &str, since: Instant) {
+    m.query_duration
+        .with_label_values(&[query])
+        .observe(since.elapsed().as_secs_f64());
+}
+
+fn pool_error(e: PoolError) -> ApiError {
+    match e {
+        PoolError::Timeout(_) => ApiError::unavailable(
+            "db_pool_exhausted",
+            "no PostgreSQL connection became free within the pool's wait bound",
+        ),
+        other => {
+            tracing::warn!(error = %other, "cannot get a PostgreSQL connection");
+            ApiError::unavailable("db_unavailable", "PostgreSQL is unreachable")
+        }
+    }
+}
+
+fn db_error(e: tokio_postgres::Error) -> ApiError {
+    // 57014 query_canceled: statement_timeout or a cancel request — the time ran out.
+    if e.code() == Some(&tokio_postgres::error::SqlState::QUERY_CANCELED) {
+        return ApiError::new(
+            StatusCode::GATEWAY_TIMEOUT,
+            "deadline_exceeded",
+            "the query was cancelled when its time budget ran out",
+        );
+    }
+    if e.is_closed() || e.code().is_none() {
+        tracing::warn!(error = %e, "PostgreSQL connection failed");
+        return ApiError::unavailable("db_unavailable", "the PostgreSQL connection failed");
+    }
+    tracing::error!(error = %e, "query failed");
+    ApiError::internal("a database query failed")
+}

@@ -1,0 +1,64 @@
+//! Build and run entity-service.
+
+use std::future::Future;
+use std::time::Duration;
+
+use axum::routing::post;
+use axum::Router;
+use lab_core::health::Health;
+use lab_core::metrics::{self, Metrics};
+use lab_core::server::Server;
+
+use crate::configuration::Settings;
+use crate::resolve::{self, AppState};
+use crate::telemetry::ServiceMetrics;
+
+/// Request bodies above this are refused with 413: 256 spans of 256 characters is ~70 KiB of
+/// JSON; 1 MiB leaves room and still bounds memory per request.
+const MAX_BODY_BYTES: usize = 1 << 20;
+
+pub struct Application {
+    server: Server,
+}
+
+impl Application {
+    /// Connects lazily: the pool opens connections on first use, so the service starts (and
+    /// answers /livez, /readyz) while PostgreSQL is still coming up; requests fail with 503 until
+    /// it is reachable. That is the shallow-readiness contract.
+    pub async fn build(settings: Settings) -> anyhow::Result<Self> {
+        let wait = match settings.database.pool_wait_ms {
+            0 => None,
+            ms => Some(Duration::from_millis(ms)),
+        };
+        let pool =
+            lab_db::hot_path_pool(&settings.database.url, settings.database.pool_size, wait)?;
+        let metrics = Metrics::new();
+        let svc = ServiceMetrics::new(&metrics, pool.clone());
+        let state = AppState {
+            pool,
+            metrics: svc.clone(),
+            settings: settings.resolve.clone(),
+        };
+        let api = Router::new()
+            .route("/v1/resolve", post(resolve::resolve))
+            .with_state(state)
+            .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
+            .layer(axum::middleware::from_fn_with_state(
+                svc.http.clone(),
+                metrics::track,
+            ));
+        let server = Server::bind(&settings.http, api, Health::new(), metrics).await?;
+        Ok(Self { server })
+    }
+
+    pub fn port(&self) -> u16 {
+        self.server.port()
+    }
+
+    pub async fn run_until_stopped(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        self.server.run_until_stopped(shutdown).await
+    }
+}

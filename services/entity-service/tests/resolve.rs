@@ -1,0 +1,145 @@
+//! entity-service against a real PostgreSQL: exact matches, the candidate lookup, tenant
+//! isolation, and JSON errors for bad input.
+
+use entity_service::{Application, Settings};
+use lab_api::wire::{MatchMethod, ResolveRequest, ResolveResponse, SpanQuery};
+use testkit::{fixtures, TestDb};
+
+async fn spawn(db: &TestDb) -> String {
+    let mut s = Settings::defaults().unwrap();
+    s.http.port = 0;
+    s.database.url = db.url.clone();
+    s.database.pool_size = 4;
+    let app = Application::build(s).await.unwrap();
+    let port = app.port();
+    tokio::spawn(app.run_until_stopped(std::future::pending()));
+    format!("http://127.0.0.1:{port}")
+}
+
+fn span(normalized: &str, kind: &str) -> SpanQuery {
+    SpanQuery {
+        normalized: normalized.into(),
+        kind: kind.into(),
+    }
+}
+
+async fn seed(db: &TestDb) {
+    fixtures::tenant_with_key(&db.url, 1).await;
+    fixtures::tenant_with_key(&db.url, 2).await;
+    fixtures::entities(
+        &db.url,
+        &[
+            (10, 1, "organization", "Müller Logistik GmbH", 900),
+            (11, 1, "organization", "Vega Labs", 800),
+            (12, 1, "person", "Anna Schmidt", 500),
+            (20, 2, "organization", "Vega Labs", 100),
+        ],
+    )
+    .await;
+}
+
+async fn resolve(base: &str, req: &ResolveRequest) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(format!("{base}/v1/resolve"))
+        .json(req)
+        .send()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn resolve_matches_exact_then_candidate_and_isolates_tenants() {
+    let db = TestDb::new().await;
+    seed(&db).await;
+    let base = spawn(&db).await;
+
+    let req = ResolveRequest {
+        doc_id: "d1".into(),
+        tenant: 1,
+        locale: Some("de".into()),
+        spans: vec![
+            span("muller logistik gmbh", "organization"),
+            span("muller logistik ag", "organization"),
+            span("vega labs", "organization"),
+            span("nobody known", "person"),
+        ],
+    };
+    let resp = resolve(&base, &req).await;
+    assert_eq!(resp.status(), 200);
+    let body: ResolveResponse = resp.json().await.unwrap();
+    assert_eq!(body.results.len(), 4);
+    let r0 = body.results[0].as_ref().expect("exact match");
+    assert_eq!(
+        (r0.entity.id, r0.method, r0.confidence),
+        (10, MatchMethod::Exact, 1.0)
+    );
+    let r1 = body.results[1].as_ref().expect("candidate match");
+    assert_eq!((r1.entity.id, r1.method), (10, MatchMethod::Candidate));
+    assert_eq!(r1.confidence, 0.5);
+    assert_eq!(
+        body.results[2].as_ref().unwrap().entity.id,
+        11,
+        "tenant 1's Vega Labs"
+    );
+    assert!(body.results[3].is_none());
+
+    // Tenant 2 never sees tenant 1's entities.
+    let req2 = ResolveRequest {
+        tenant: 2,
+        spans: vec![
+            span("anna schmidt", "person"),
+            span("vega labs", "organization"),
+        ],
+        ..req.clone()
+    };
+    let body: ResolveResponse = resolve(&base, &req2).await.json().await.unwrap();
+    assert!(body.results[0].is_none());
+    assert_eq!(body.results[1].as_ref().unwrap().entity.id, 20);
+}
+
+#[tokio::test]
+async fn resolve_rejects_bad_input_with_json_errors() {
+    let db = TestDb::new().await;
+    let base = spawn(&db).await;
+    let client = reqwest::Client::new();
+
+    let bad_kind = ResolveRequest {
+        doc_id: "d".into(),
+        tenant: 1,
+        locale: None,
+        spans: vec![span("x", "planet")],
+    };
+    let resp = resolve(&base, &bad_kind).await;
+    assert_eq!(resp.status(), 400);
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "invalid_request");
+    assert!(body["error"]["message"].as_str().unwrap().contains("kind"));
+
+    let resp = client
+        .post(format!("{base}/v1/resolve"))
+        .header("content-type", "application/json")
+        .body(r#"{"doc_id":"d","tenant":1,"spans":[],"extra":1}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400, "unknown fields are rejected");
+
+    let resp = client.get(format!("{base}/nope")).send().await.unwrap();
+    assert_eq!(resp.status(), 404);
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "not_found");
+
+    let metrics = client
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("entity_service_requests_total{status=\"400\"} 2"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("entity_db_pool_max 4"));
+}

@@ -1,0 +1,72 @@
+//! The in-process resolution cache.
+//!
+//! Keyed by tenant + request locale + normalized span (the locale changes what the candidate
+//! lookup may return). Negative answers are cached too: an unresolvable span costs a lookup once,
+//! not on every document. One mutex around the LRU: critical sections are a hash lookup and a
+//! list splice, far shorter than any contention they could cause at the lab's rates.
+
+use std::num::NonZeroUsize;
+use std::sync::Mutex;
+
+use lab_api::wire::Resolution;
+use lru::LruCache;
+use prometheus::{IntCounter, IntGauge};
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CacheKey {
+    pub tenant: i64,
+    pub locale: Option<String>,
+    pub normalized: String,
+}
+
+pub struct ResolutionCache {
+    lru: Mutex<LruCache<CacheKey, Option<Resolution>>>,
+    hits: IntCounter,
+    misses: IntCounter,
+    entries: IntGauge,
+}
+
+impl ResolutionCache {
+    pub fn new(capacity: usize, metrics: &lab_core::metrics::Metrics) -> Self {
+        let requests = metrics.counter_vec(
+            "orchestrator_cache_requests_total",
+            "Span lookups in the in-process resolution cache, by result (hit, miss)",
+            &["result"],
+        );
+        Self {
+            lru: Mutex::new(LruCache::new(
+                NonZeroUsize::new(capacity.max(1)).expect("non-zero"),
+            )),
+            hits: requests.with_label_values(&["hit"]),
+            misses: requests.with_label_values(&["miss"]),
+            entries: metrics.gauge(
+                "orchestrator_cache_entries",
+                "Entries in the in-process resolution cache",
+            ),
+        }
+    }
+
+    /// `Some(answer)` on a hit (the answer itself may be "no entity").
+    pub fn get(&self, key: &CacheKey) -> Option<Option<Resolution>> {
+        let found = self.lru.lock().expect("cache lock").get(key).cloned();
+        match found {
+            Some(_) => self.hits.inc(),
+            None => self.misses.inc(),
+        }
+        found
+    }
+
+    pub fn put(&self, key: CacheKey, value: Option<Resolution>) {
+        let mut lru = self.lru.lock().expect("cache lock");
+        lru.put(key, value);
+        self.entries.set(lru.len() as i64);
+    }
+
+    pub fn len(&self) -> usize {
+        self.lru.lock().expect("cache lock").len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}

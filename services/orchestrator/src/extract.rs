@@ -1,0 +1,133 @@
+//! `POST /internal/extract`: split, consult the cache, resolve the misses, assemble.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::Json;
+use lab_api::headers;
+use lab_api::wire::{
+    ExtractResponse, ExtractedEntity, InternalExtractRequest, Resolution, ResolveRequest,
+};
+use lab_core::http::{ApiError, JsonBody};
+
+use crate::cache::{CacheKey, ResolutionCache};
+use crate::entity::{CallContext, EntityClient, EntityError};
+use crate::plan::plan;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub cache: Arc<ResolutionCache>,
+    pub entity: Arc<EntityClient>,
+    pub batch_size: usize,
+}
+
+pub async fn extract(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    JsonBody(req): JsonBody<InternalExtractRequest>,
+) -> Result<Json<ExtractResponse>, ApiError> {
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    let ctx = CallContext {
+        deadline: header(headers::REQUEST_BUDGET_MS)
+            .and_then(|v| v.parse::<u64>().ok())
+            .map(|ms| Instant::now() + Duration::from_millis(ms)),
+        request_id: header(headers::REQUEST_ID),
+        observe_user_deadline: header(headers::OBSERVE_USER_DEADLINE),
+    };
+
+    let units = plan(&req.text);
+    let mut answers: Vec<Option<Option<Resolution>>> = Vec::with_capacity(units.len());
+    let mut misses: Vec<usize> = Vec::new();
+    for (i, unit) in units.iter().enumerate() {
+        let hit = st.cache.get(&key(&req, &unit.query.normalized));
+        if hit.is_none() {
+            misses.push(i);
+        }
+        answers.push(hit);
+    }
+
+    // Misses go out in batches, concurrently: the document's latency is its slowest batch.
+    let calls = misses.chunks(st.batch_size).map(|chunk| {
+        let body = ResolveRequest {
+            doc_id: req.doc_id.clone(),
+            tenant: req.tenant_id,
+            locale: req.locale.clone(),
+            spans: chunk.iter().map(|&i| units[i].query.clone()).collect(),
+        };
+        let (entity, ctx) = (&st.entity, &ctx);
+        async move { entity.resolve(ctx, &body).await.map(|r| (chunk, r)) }
+    });
+    for result in futures::future::join_all(calls).await {
+        let (chunk, resp) = result.map_err(entity_error)?;
+        if resp.results.len() != chunk.len() {
+            return Err(ApiError::new(
+                StatusCode::BAD_GATEWAY,
+                "bad_upstream_response",
+                "entity-service answered a different number of results than spans sent",
+            ));
+        }
+        for (&i, answer) in chunk.iter().zip(resp.results) {
+            st.cache
+                .put(key(&req, &units[i].query.normalized), answer.clone());
+            answers[i] = Some(answer);
+        }
+    }
+
+    let mut entities = Vec::new();
+    let mut unresolved = 0;
+    for (unit, answer) in units.iter().zip(answers) {
+        match answer.flatten() {
+            Some(res) => {
+                entities.extend(
+                    unit.occurrences
+                        .iter()
+                        .map(|(start, end, text)| ExtractedEntity {
+                            entity: res.entity.clone(),
+                            confidence: res.confidence,
+                            start: *start,
+                            end: *end,
+                            mention: text.clone(),
+                        }),
+                )
+            }
+            None => unresolved += unit.occurrences.len(),
+        }
+    }
+    entities.sort_by_key(|e| e.start);
+    Ok(Json(ExtractResponse {
+        doc_id: req.doc_id,
+        entities,
+        unresolved,
+    }))
+}
+
+fn key(req: &InternalExtractRequest, normalized: &str) -> CacheKey {
+    CacheKey {
+        tenant: req.tenant_id,
+        locale: req.locale.clone(),
+        normalized: normalized.to_string(),
+    }
+}
+
+fn entity_error(e: EntityError) -> ApiError {
+    match e {
+        EntityError::DeadlineExceeded(_) => {
+            ApiError::deadline_exceeded("entity-service did not answer within the request's budget")
+        }
+        EntityError::Unavailable(why) => ApiError::unavailable(
+            "entity_unavailable",
+            format!("entity-service unreachable: {why}"),
+        ),
+        EntityError::Upstream { status, .. } => ApiError::unavailable(
+            "entity_unavailable",
+            format!("entity-service answered {status}"),
+        ),
+    }
+}
