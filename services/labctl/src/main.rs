@@ -1,1 +1,178 @@
-fn main() {}
+//! labctl — the operator's CLI for retry-storm-lab.
+//!
+//! ```text
+//! labctl db prepare              create, migrate and pin the lab database
+//! labctl seed [--small]          the deterministic data set, API keys and document corpus
+//! labctl up | down | status      the native lab (service binaries as supervised processes)
+//! labctl extract [--count N]     a few real extractions through the gateway, printed
+//! labctl load --rate R ...       open-loop load with latency from intended send times
+//! ```
+
+mod extract;
+mod lab;
+mod load;
+mod seed;
+mod supervise;
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "labctl",
+    version,
+    about = "Operate retry-storm-lab: seed it, run it, load it"
+)]
+struct Cli {
+    /// The lab database.
+    #[arg(
+        long,
+        global = true,
+        env = "LAB_DATABASE_URL",
+        default_value = "postgres://postgres@127.0.0.1:5432/retry_storm_lab"
+    )]
+    database_url: String,
+    /// Where labctl keeps run state and logs (`run/`, `logs/`).
+    #[arg(long, global = true, env = "LAB_STATE_DIR", default_value = ".lab")]
+    state_dir: PathBuf,
+    /// Where seed writes (and load reads) api-keys.json and corpus.jsonl.
+    #[arg(long, global = true, env = "LAB_DATA_DIR", default_value = ".lab/data")]
+    data_dir: PathBuf,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Database administration.
+    Db {
+        #[command(subcommand)]
+        command: DbCommand,
+    },
+    /// Load the deterministic data set: tenants, API keys, entities, and a document corpus.
+    Seed(SeedCli),
+    /// Start the native lab in the background and wait until every replica is ready.
+    Up(lab::UpArgs),
+    /// Stop the native lab gracefully.
+    Down,
+    /// Show every replica: pid, readiness, restarts.
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Send a few real documents through the gateway and print the entities found.
+    Extract {
+        #[arg(long, default_value = "http://127.0.0.1:8080")]
+        gateway: String,
+        #[arg(long, default_value_t = 3)]
+        count: usize,
+    },
+    /// Open-loop load against the gateway (loopback only, bounded, stops by itself).
+    Load(load::LoadArgs),
+    /// (internal) The supervisor process `labctl up` starts.
+    #[command(hide = true)]
+    Supervise {
+        #[arg(long)]
+        plan: PathBuf,
+    },
+}
+
+#[derive(Subcommand)]
+enum DbCommand {
+    /// Create the database if missing, run migrations, pin the planner settings.
+    Prepare,
+}
+
+#[derive(clap::Args)]
+struct SeedCli {
+    /// Laptop size: 100k entities / 200 tenants / 5k documents.
+    #[arg(long)]
+    small: bool,
+    /// Entities (default 1,000,000; 100,000 with --small).
+    #[arg(long)]
+    entities: Option<u64>,
+    /// Tenants (default 2,000; 200 with --small).
+    #[arg(long)]
+    tenants: Option<u64>,
+    /// Documents in the corpus (default 20,000; 5,000 with --small).
+    #[arg(long)]
+    documents: Option<u64>,
+    /// PRNG seed: the same seed gives the same data (20260611: the incident's date).
+    #[arg(long, default_value_t = 20_260_611)]
+    seed: u64,
+    /// Wipe existing data first (without it, seed refuses a non-empty database).
+    #[arg(long)]
+    force: bool,
+    /// Do nothing if the database already holds entities (for scripts).
+    #[arg(long, conflicts_with = "force")]
+    if_empty: bool,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Db {
+            command: DbCommand::Prepare,
+        } => {
+            lab_db::prepare(&cli.database_url).await?;
+            println!("database ready: {}", cli.database_url);
+        }
+        Command::Seed(s) => {
+            let args = seed::SeedArgs {
+                entities: s
+                    .entities
+                    .unwrap_or(if s.small { 100_000 } else { 1_000_000 }),
+                tenants: s.tenants.unwrap_or(if s.small { 200 } else { 2_000 }),
+                documents: s.documents.unwrap_or(if s.small { 5_000 } else { 20_000 }),
+                seed: s.seed,
+                data_dir: cli.data_dir.clone(),
+                force: s.force,
+                progress: true,
+            };
+            if s.if_empty && already_seeded(&cli.database_url, &cli.data_dir).await? {
+                println!(
+                    "already seeded ({}); use --force to reseed",
+                    cli.database_url
+                );
+                return Ok(());
+            }
+            let report = seed::run(&cli.database_url, &args).await?;
+            println!("{}", serde_json::to_string_pretty(&report)?);
+        }
+        Command::Up(args) => lab::up(&args, &cli.database_url, &cli.state_dir).await?,
+        Command::Down => lab::down(&cli.state_dir).await?,
+        Command::Status { json } => lab::status(&cli.state_dir, json).await?,
+        Command::Extract { gateway, count } => {
+            let keys = seed::read_api_keys(&cli.data_dir)?;
+            let corpus = seed::read_corpus(&cli.data_dir)?;
+            let ok = extract::run(&gateway, count, &keys, &corpus).await?;
+            anyhow::ensure!(ok > 0, "no extraction succeeded");
+        }
+        Command::Load(args) => {
+            let keys = seed::read_api_keys(&cli.data_dir)?;
+            let corpus = seed::read_corpus(&cli.data_dir)?;
+            let report = load::run(&args, keys, corpus).await?;
+            load::print(&report);
+            if let Some(path) = &args.out {
+                std::fs::write(path, serde_json::to_vec_pretty(&report)?)
+                    .with_context(|| format!("writing {}", path.display()))?;
+                println!("  series written to {}", path.display());
+            }
+        }
+        Command::Supervise { plan } => supervise::supervise(&plan).await?,
+    }
+    Ok(())
+}
+
+/// Entities present in the database and the seed's files present on disk.
+async fn already_seeded(database_url: &str, data_dir: &std::path::Path) -> anyhow::Result<bool> {
+    lab_db::prepare(database_url).await?;
+    let mut conn = lab_db::connect(database_url).await?;
+    let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM (SELECT 1 FROM entities LIMIT 1) t")
+        .fetch_one(&mut conn)
+        .await?;
+    Ok(n > 0 && data_dir.join("api-keys.json").exists() && data_dir.join("corpus.jsonl").exists())
+}

@@ -1,0 +1,287 @@
+//! `labctl up`, `labctl down`, `labctl status`.
+
+use std::collections::BTreeMap;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+
+use crate::supervise::{self, Plan, ProcSpec};
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct UpArgs {
+    /// gateway replicas (the gateway spreads over orchestrators; 1 is the lab's shape).
+    #[arg(long, default_value_t = 1)]
+    pub gateways: u16,
+    /// orchestrator replicas (2: enough for the deep-readiness cascade to remove one).
+    #[arg(long, default_value_t = 2)]
+    pub orchestrators: u16,
+    /// entity-service replicas (2: the callee is a fleet, as in the postmortem).
+    #[arg(long, default_value_t = 2)]
+    pub entity_services: u16,
+    /// First gateway port; further replicas take the next ports.
+    #[arg(long, default_value_t = 8080)]
+    pub gateway_port: u16,
+    #[arg(long, default_value_t = 8101)]
+    pub orchestrator_port: u16,
+    #[arg(long, default_value_t = 8201)]
+    pub entity_port: u16,
+    /// Where the service binaries are (default: next to labctl itself).
+    #[arg(long)]
+    pub bin_dir: Option<PathBuf>,
+    /// Seconds to wait for every replica's /readyz.
+    #[arg(long, default_value_t = 60)]
+    pub wait_seconds: u64,
+}
+
+fn url(port: u16) -> String {
+    format!("http://127.0.0.1:{port}")
+}
+
+pub fn plan(args: &UpArgs, database_url: &str, state_dir: &Path) -> anyhow::Result<Plan> {
+    let bin_dir = match &args.bin_dir {
+        Some(d) => d.clone(),
+        None => std::env::current_exe()?
+            .parent()
+            .context("labctl has no parent directory")?
+            .to_path_buf(),
+    };
+    anyhow::ensure!(
+        args.gateways >= 1 && args.orchestrators >= 1 && args.entity_services >= 1,
+        "every tier needs at least one replica"
+    );
+    let passthrough = |env: &mut BTreeMap<String, String>| {
+        for k in ["RUST_LOG", "OTEL_EXPORTER_OTLP_ENDPOINT"] {
+            if let Ok(v) = std::env::var(k) {
+                env.insert(k.to_string(), v);
+            }
+        }
+    };
+    let mut procs = Vec::new();
+    let entity_ports: Vec<u16> = (0..args.entity_services)
+        .map(|i| args.entity_port + i)
+        .collect();
+    let orch_ports: Vec<u16> = (0..args.orchestrators)
+        .map(|i| args.orchestrator_port + i)
+        .collect();
+    for (i, port) in entity_ports.iter().enumerate() {
+        let mut env = BTreeMap::new();
+        env.insert("LAB_HTTP__PORT".into(), port.to_string());
+        env.insert("LAB_DATABASE__URL".into(), database_url.to_string());
+        passthrough(&mut env);
+        procs.push(ProcSpec {
+            name: format!("entity-service-{}", i + 1),
+            binary: "entity-service".into(),
+            port: *port,
+            env,
+        });
+    }
+    let entity_urls = entity_ports
+        .iter()
+        .map(|p| url(*p))
+        .collect::<Vec<_>>()
+        .join(",");
+    for (i, port) in orch_ports.iter().enumerate() {
+        let mut env = BTreeMap::new();
+        env.insert("LAB_HTTP__PORT".into(), port.to_string());
+        env.insert("LAB_ENTITY__URLS".into(), entity_urls.clone());
+        passthrough(&mut env);
+        procs.push(ProcSpec {
+            name: format!("orchestrator-{}", i + 1),
+            binary: "orchestrator".into(),
+            port: *port,
+            env,
+        });
+    }
+    let orch_urls = orch_ports
+        .iter()
+        .map(|p| url(*p))
+        .collect::<Vec<_>>()
+        .join(",");
+    for i in 0..args.gateways {
+        let port = args.gateway_port + i;
+        let mut env = BTreeMap::new();
+        env.insert("LAB_HTTP__PORT".into(), port.to_string());
+        env.insert("LAB_DATABASE__URL".into(), database_url.to_string());
+        env.insert("LAB_UPSTREAM__ORCHESTRATORS".into(), orch_urls.clone());
+        passthrough(&mut env);
+        procs.push(ProcSpec {
+            name: format!("edge-gateway-{}", i + 1),
+            binary: "edge-gateway".into(),
+            port,
+            env,
+        });
+    }
+    Ok(Plan {
+        bin_dir,
+        state_dir: state_dir.to_path_buf(),
+        procs,
+    })
+}
+
+pub async fn up(args: &UpArgs, database_url: &str, state_dir: &Path) -> anyhow::Result<()> {
+    if let Some(state) = supervise::read_state(state_dir)? {
+        if supervise::process_alive(state.supervisor_pid) {
+            bail!(
+                "a lab is already up (supervisor pid {}); run `labctl status` or `labctl down`",
+                state.supervisor_pid
+            );
+        }
+    }
+    let plan = plan(args, database_url, state_dir)?;
+    for p in &plan.procs {
+        let bin = plan.bin_dir.join(&p.binary);
+        anyhow::ensure!(
+            bin.exists(),
+            "{} not found; build the services first (cargo build --release) or pass --bin-dir",
+            bin.display()
+        );
+        TcpListener::bind(("127.0.0.1", p.port)).with_context(|| {
+            format!(
+                "port {} for {} is in use (another lab? `labctl down`)",
+                p.port, p.name
+            )
+        })?;
+    }
+    lab_db::prepare(database_url).await?;
+    let pid = supervise::spawn_supervisor(&plan)?;
+    println!(
+        "supervisor started (pid {pid}); logs in {}",
+        state_dir.join("logs").display()
+    );
+
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(1))
+        .build()?;
+    let deadline = Instant::now() + Duration::from_secs(args.wait_seconds);
+    let mut pending: Vec<&ProcSpec> = plan.procs.iter().collect();
+    while !pending.is_empty() {
+        if !supervise::process_alive(pid) {
+            bail!(
+                "the supervisor exited; see {}",
+                state_dir.join("logs").join("supervisor.log").display()
+            );
+        }
+        if Instant::now() >= deadline {
+            let names: Vec<_> = pending.iter().map(|p| p.name.as_str()).collect();
+            bail!(
+                "not ready after {} s: {names:?}; see the logs in {}",
+                args.wait_seconds,
+                state_dir.join("logs").display()
+            );
+        }
+        let mut still = Vec::new();
+        for p in pending {
+            let ok = client
+                .get(format!("{}/readyz", url(p.port)))
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success());
+            if !ok {
+                still.push(p);
+            }
+        }
+        pending = still;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    println!("lab is up:");
+    for p in &plan.procs {
+        println!("  {:<18} {}", p.name, url(p.port));
+    }
+    println!("public API: POST {}/v1/extract", url(args.gateway_port));
+    Ok(())
+}
+
+pub async fn down(state_dir: &Path) -> anyhow::Result<()> {
+    let Some(state) = supervise::read_state(state_dir)? else {
+        println!(
+            "no lab is up (no {})",
+            supervise::state_file(state_dir).display()
+        );
+        return Ok(());
+    };
+    let pid = state.supervisor_pid;
+    if !supervise::process_alive(pid) {
+        let _ = std::fs::remove_file(supervise::state_file(state_dir));
+        println!("supervisor {pid} is gone; removed its stale state");
+        return Ok(());
+    }
+    unsafe {
+        libc::kill(pid as libc::pid_t, libc::SIGTERM);
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while supervise::process_alive(pid) {
+        if Instant::now() >= deadline {
+            bail!("supervisor {pid} did not stop within 30 s");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    println!("lab is down");
+    Ok(())
+}
+
+pub async fn status(state_dir: &Path, json: bool) -> anyhow::Result<()> {
+    let Some(state) = supervise::read_state(state_dir)? else {
+        println!("no lab is up");
+        return Ok(());
+    };
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(1))
+        .build()?;
+    let mut rows = Vec::new();
+    for p in &state.procs {
+        let ready = client
+            .get(format!("{}/readyz", url(p.port)))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success());
+        rows.push(serde_json::json!({
+            "name": p.name, "url": url(p.port), "pid": p.pid,
+            "ready": ready, "restarts": p.restarts, "last_exit": p.last_exit,
+        }));
+    }
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "supervisor_pid": state.supervisor_pid,
+                "supervisor_alive": supervise::process_alive(state.supervisor_pid),
+                "replicas": rows,
+            }))?
+        );
+        return Ok(());
+    }
+    println!(
+        "supervisor pid {} ({})",
+        state.supervisor_pid,
+        if supervise::process_alive(state.supervisor_pid) {
+            "alive"
+        } else {
+            "GONE"
+        }
+    );
+    println!(
+        "{:<18} {:<24} {:>8} {:>6} {:>8}  last exit",
+        "replica", "url", "pid", "ready", "restarts"
+    );
+    for r in rows {
+        println!(
+            "{:<18} {:<24} {:>8} {:>6} {:>8}  {}",
+            r["name"].as_str().unwrap_or(""),
+            r["url"].as_str().unwrap_or(""),
+            r["pid"]
+                .as_u64()
+                .map(|p| p.to_string())
+                .unwrap_or("-".into()),
+            if r["ready"].as_bool() == Some(true) {
+                "yes"
+            } else {
+                "no"
+            },
+            r["restarts"],
+            r["last_exit"].as_str().unwrap_or("-"),
+        );
+    }
+    Ok(())
+}

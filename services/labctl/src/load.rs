@@ -1,0 +1,326 @@
+//! `labctl load`: an open-loop load generator.
+//!
+//! Arrivals follow a Poisson process at the target rate and do not wait for responses: a
+//! closed-loop generator slows down when the system does, which hides exactly the storms this lab
+//! exists to show. Latency is measured from each request's *intended* send time, so a stalled
+//! generator or a queue in front of the gateway still counts (no coordinated omission). Traffic
+//! goes only to loopback addresses, the run is bounded in time and count, and it stops by itself.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use hdrhistogram::Histogram;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+use tokio::time::Instant;
+
+use crate::seed::{ApiKeyRecord, CorpusDoc};
+
+/// The most a run may ask for. 5,000 rps is far past what 2 cores serve; 1 h bounds a forgotten
+/// run.
+const MAX_RATE: f64 = 5_000.0;
+const MAX_DURATION_S: u64 = 3_600;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+pub enum TenantMix {
+    /// Tenants in proportion to their size (the postmortem's traffic: a few big tenants).
+    Size,
+    /// Every tenant equally often.
+    Uniform,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct LoadArgs {
+    /// The gateway (loopback only).
+    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    pub gateway: String,
+    /// Target arrival rate, requests per second.
+    #[arg(long, default_value_t = 50.0)]
+    pub rate: f64,
+    /// Run length in seconds.
+    #[arg(long, default_value_t = 30)]
+    pub duration: u64,
+    /// The client's own timeout per request in milliseconds, like a real API client's. 10 s: well
+    /// past the gateway's 3 s budget, so the gateway's answer is what gets measured.
+    #[arg(long, default_value_t = 10_000)]
+    pub timeout_ms: u64,
+    #[arg(long, value_enum, default_value_t = TenantMix::Size)]
+    pub tenants: TenantMix,
+    /// Requests allowed in flight at once; arrivals beyond it are counted as `client_overload`
+    /// instead of sent (the generator must not become the bottleneck silently).
+    #[arg(long, default_value_t = 10_000)]
+    pub max_in_flight: usize,
+    /// Seed for arrivals and document choice.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Write the summary and per-second series here as JSON.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct LoadReport {
+    pub target_rate: f64,
+    pub duration_s: u64,
+    pub tenants: TenantMix,
+    pub sent: u64,
+    pub client_overload: u64,
+    pub by_status: BTreeMap<String, u64>,
+    pub achieved_rps: f64,
+    pub ok_rps: f64,
+    /// Latency of 200 answers, from intended send time, milliseconds.
+    pub ok_latency_ms: Percentiles,
+    /// Latency of every answer (any status, client timeouts at the timeout), milliseconds.
+    pub all_latency_ms: Percentiles,
+    pub per_second: Vec<SecondSample>,
+}
+
+#[derive(Debug, Serialize, Default, Clone)]
+pub struct Percentiles {
+    pub p50: f64,
+    pub p95: f64,
+    pub p99: f64,
+    pub max: f64,
+    pub count: u64,
+}
+
+#[derive(Debug, Serialize, Clone)]
+pub struct SecondSample {
+    pub second: u64,
+    pub sent: u64,
+    pub ok: u64,
+    pub errors: u64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+}
+
+struct Recorder {
+    ok: Histogram<u64>,
+    all: Histogram<u64>,
+    by_status: BTreeMap<String, u64>,
+    seconds: BTreeMap<u64, (u64, u64, Histogram<u64>)>,
+}
+
+fn histogram() -> Histogram<u64> {
+    // Microseconds from 1 µs to 10 min, 3 significant digits.
+    Histogram::new_with_bounds(1, 600_000_000, 3).expect("valid bounds")
+}
+
+fn percentiles(h: &Histogram<u64>) -> Percentiles {
+    let ms = |v: u64| v as f64 / 1000.0;
+    Percentiles {
+        p50: ms(h.value_at_quantile(0.50)),
+        p95: ms(h.value_at_quantile(0.95)),
+        p99: ms(h.value_at_quantile(0.99)),
+        max: ms(h.max()),
+        count: h.len(),
+    }
+}
+
+/// Refuse any target that is not on this machine.
+pub fn ensure_loopback(url: &str) -> anyhow::Result<()> {
+    let parsed = reqwest::Url::parse(url).with_context(|| format!("invalid URL {url:?}"))?;
+    let ok = match parsed.host() {
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        Some(url::Host::Domain(d)) => d == "localhost",
+        None => false,
+    };
+    if !ok {
+        bail!("load is only ever sent to loopback addresses (127.0.0.0/8, ::1, localhost); {url} is not");
+    }
+    Ok(())
+}
+
+pub async fn run(
+    args: &LoadArgs,
+    keys: Vec<ApiKeyRecord>,
+    corpus: Vec<CorpusDoc>,
+) -> anyhow::Result<LoadReport> {
+    ensure_loopback(&args.gateway)?;
+    anyhow::ensure!(
+        args.rate > 0.0 && args.rate <= MAX_RATE,
+        "--rate must be in (0, {MAX_RATE}]"
+    );
+    anyhow::ensure!(
+        args.duration > 0 && args.duration <= MAX_DURATION_S,
+        "--duration must be in [1, {MAX_DURATION_S}] seconds"
+    );
+    let key_of: BTreeMap<i64, String> =
+        keys.into_iter().map(|k| (k.tenant_id, k.api_key)).collect();
+    let docs: Vec<Arc<(String, serde_json::Value)>> = corpus
+        .into_iter()
+        .filter_map(|d| {
+            let key = key_of.get(&d.tenant_id)?.clone();
+            let body = serde_json::json!({
+                "doc_id": d.doc_id, "text": d.text, "locale": d.locale, "doc_type": d.doc_type,
+            });
+            Some(Arc::new((key, body)))
+        })
+        .collect();
+    anyhow::ensure!(
+        !docs.is_empty(),
+        "no documents with a matching API key; run `labctl seed` first"
+    );
+    // For the uniform mix: documents grouped by tenant.
+    let mut by_tenant: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for (i, d) in docs.iter().enumerate() {
+        by_tenant.entry(d.0.clone()).or_default().push(i);
+    }
+    let tenant_lists: Vec<Vec<usize>> = by_tenant.into_values().collect();
+
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_millis(args.timeout_ms))
+        .pool_max_idle_per_host(1024)
+        .build()?;
+    let url = format!("{}/v1/extract", args.gateway.trim_end_matches('/'));
+    let rec = Arc::new(Mutex::new(Recorder {
+        ok: histogram(),
+        all: histogram(),
+        by_status: BTreeMap::new(),
+        seconds: BTreeMap::new(),
+    }));
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed);
+    let start = Instant::now();
+    let end = start + Duration::from_secs(args.duration);
+    let mut next = start;
+    let (mut sent, mut overload) = (0u64, 0u64);
+    let mut tasks = tokio::task::JoinSet::new();
+    loop {
+        // Exponential inter-arrival times make a Poisson process.
+        let u: f64 = rng.random_range(f64::MIN_POSITIVE..1.0);
+        next += Duration::from_secs_f64(-u.ln() / args.rate);
+        if next >= end {
+            break;
+        }
+        tokio::time::sleep_until(next).await;
+        if in_flight.load(Ordering::Relaxed) >= args.max_in_flight {
+            overload += 1;
+            continue;
+        }
+        let doc = match args.tenants {
+            TenantMix::Size => docs[rng.random_range(0..docs.len())].clone(),
+            TenantMix::Uniform => {
+                let list = &tenant_lists[rng.random_range(0..tenant_lists.len())];
+                docs[list[rng.random_range(0..list.len())]].clone()
+            }
+        };
+        sent += 1;
+        let (client, url, rec, in_flight) =
+            (client.clone(), url.clone(), rec.clone(), in_flight.clone());
+        let intended = next;
+        in_flight.fetch_add(1, Ordering::Relaxed);
+        tasks.spawn(async move {
+            let result = client
+                .post(&url)
+                .bearer_auth(&doc.0)
+                .json(&doc.1)
+                .send()
+                .await;
+            let status = match result {
+                Ok(resp) => {
+                    let s = resp.status().as_u16().to_string();
+                    let _ = resp.bytes().await;
+                    s
+                }
+                Err(e) if e.is_timeout() => "client_timeout".to_string(),
+                Err(_) => "client_error".to_string(),
+            };
+            let micros = intended.elapsed().as_micros().max(1) as u64;
+            let second = intended.duration_since(start).as_secs();
+            let mut r = rec.lock().expect("recorder lock");
+            let ok = status == "200";
+            if ok {
+                let _ = r.ok.record(micros);
+            }
+            let _ = r.all.record(micros);
+            *r.by_status.entry(status).or_default() += 1;
+            let entry = r
+                .seconds
+                .entry(second)
+                .or_insert_with(|| (0, 0, histogram()));
+            entry.0 += 1;
+            if ok {
+                entry.1 += 1;
+            }
+            let _ = entry.2.record(micros);
+            drop(r);
+            in_flight.fetch_sub(1, Ordering::Relaxed);
+        });
+        // Reap finished tasks so the set does not grow with the run.
+        while tasks.try_join_next().is_some() {}
+    }
+    while tasks.join_next().await.is_some() {}
+
+    let r = rec.lock().expect("recorder lock");
+    let ok_count: u64 = r.by_status.get("200").copied().unwrap_or(0);
+    let elapsed = args.duration as f64;
+    Ok(LoadReport {
+        target_rate: args.rate,
+        duration_s: args.duration,
+        tenants: args.tenants,
+        sent,
+        client_overload: overload,
+        by_status: r.by_status.clone(),
+        achieved_rps: sent as f64 / elapsed,
+        ok_rps: ok_count as f64 / elapsed,
+        ok_latency_ms: percentiles(&r.ok),
+        all_latency_ms: percentiles(&r.all),
+        per_second: r
+            .seconds
+            .iter()
+            .map(|(s, (n, ok, h))| SecondSample {
+                second: *s,
+                sent: *n,
+                ok: *ok,
+                errors: n - ok,
+                p50_ms: h.value_at_quantile(0.5) as f64 / 1000.0,
+                p99_ms: h.value_at_quantile(0.99) as f64 / 1000.0,
+            })
+            .collect(),
+    })
+}
+
+pub fn print(report: &LoadReport) {
+    println!(
+        "open-loop load: target {:.0} rps for {} s ({:?} tenant mix)",
+        report.target_rate, report.duration_s, report.tenants
+    );
+    println!(
+        "  sent {} ({:.1} rps), ok {:.1} rps, client overload {}",
+        report.sent, report.achieved_rps, report.ok_rps, report.client_overload
+    );
+    println!("  by status: {:?}", report.by_status);
+    let p = &report.ok_latency_ms;
+    println!(
+        "  latency of 200s from intended send (ms): p50 {:.1}  p95 {:.1}  p99 {:.1}  max {:.1}  (n={})",
+        p.p50, p.p95, p.p99, p.max, p.count
+    );
+    let a = &report.all_latency_ms;
+    println!(
+        "  latency of all answers (ms):             p50 {:.1}  p95 {:.1}  p99 {:.1}  max {:.1}  (n={})",
+        a.p50, a.p95, a.p99, a.max, a.count
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ensure_loopback_refuses_anything_off_this_machine() {
+        assert!(ensure_loopback("http://127.0.0.1:8080").is_ok());
+        assert!(ensure_loopback("http://127.9.9.9:1").is_ok());
+        assert!(ensure_loopback("http://localhost:8080").is_ok());
+        assert!(ensure_loopback("http://[::1]:8080").is_ok());
+        assert!(ensure_loopback("http://10.0.0.1:8080").is_err());
+        assert!(ensure_loopback("http://192.168.1.1").is_err());
+        assert!(ensure_loopback("http://example.invalid").is_err());
+        assert!(ensure_loopback("not a url").is_err());
+    }
+}
