@@ -1,0 +1,27 @@
+//! The legacy client writes the SAME metric families as the fixed client, defined once in
+//! [`entity_client::metrics`] (see its module docs for the full table). Both clients may live on
+//! one registry: [`ClientMetrics::get_or_register`] registers the families once per registry and
+//! hands the same handles to whichever client asks next.
+//!
+//! What each series means when THIS client writes it:
+//!
+//! - `entity_requests_total{outcome}` / `entity_request_duration_seconds{outcome}`: every attempt
+//!   `client.Do` made — `ok`, `timeout`, `error_5xx`, `error_4xx`, `transport`, `decode`; never
+//!   `cancelled`, because nothing cancels it. An attempt whose 10 s ran out while it was still
+//!   waiting for a per-host slot is a `timeout`, as Go's `Client.Timeout` reports it.
+//! - `entity_retries_total{class}`: retries started (the sleep after the LAST attempt is not a
+//!   retry and is not counted).
+//! - `entity_abandoned_total`: attempts that COMPLETED after the caller had gone (the awaiting
+//!   future was dropped): each one ran its whole length for nobody. Fixed counts the attempts it
+//!   CUT when the caller went away; both answer "how many attempts' answers did nobody use?".
+//! - `otel_span_orphaned_total{span="entity.Resolve"}`: the detached retry loop finishing after
+//!   the caller was dropped — "a child span outliving its parent ... has exactly one meaning:
+//!   cancellation isn't propagating".
+//! - `entity_pool_slots{state}`: `in_use` per-host slots held by attempts, `waiting` attempts
+//!   parked for a slot.
+//! - `entity_shed_total{reason}`: never incremented — this client sheds nothing.
+//! - `entity_retry_budget_tokens`, `entity_breaker_state`: not written (no series is created).
+
+pub use entity_client::metrics::{
+    outcome, pool_state, retry_class, ChildSpan, ClientMetrics, ParentSpan,
+};

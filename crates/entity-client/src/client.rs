@@ -1,0 +1,559 @@
+//! The fixed client: the postmortem's "Code After", control by control.
+//!
+//! The retry decision, as in the postmortem's flow diagram — every `return` below that is not a
+//! success is an exit the legacy client does not have:
+//!
+//! ```text
+//! resolve(ctx) ─▶ deadline = min(ctx.deadline, now + budget.total)          (deadline_propagation)
+//!   loop:
+//!     retry?  ─▶ enough time after the backoff?  no ─▶ NoBudget            [shed: no_budget]
+//!             ─▶ retry-budget token?             no ─▶ RetryBudgetExhausted [shed: retry_budget]
+//!             ─▶ sleep full-jitter backoff (dropped with the caller)
+//!     remaining - guard_band >= 120 ms?          no ─▶ NoBudget            [shed: no_budget]
+//!     breaker admits?                            no ─▶ BreakerOpen         [shed: breaker_open]
+//!     limiter has a permit (no queue)?           no ─▶ ConcurrencyLimited  [shed: concurrency_limit]
+//!     attempt with min(remaining - guard_band, per_attempt), sending X-Request-Budget-Ms
+//!       ok                                 ─▶ deposit a retry token, return
+//!       timed out at the TOTAL deadline    ─▶ DeadlineExceeded (never retry a dead request)
+//!       not retryable (500, 4xx, reset...) ─▶ return it
+//!       retryable, attempts left           ─▶ loop
+//! ```
+//!
+//! And the one thing with no line in that diagram: the caller going away. `resolve` is an
+//! ordinary future; the caller dropping it drops the in-flight request, whose connection hyper
+//! closes at once, so entity-service sees the hang-up and no further attempt is ever made.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use anyhow::{anyhow, ensure, Context as _};
+use bytes::Bytes;
+use lab_api::headers;
+use lab_api::wire::{ResolveRequest, ResolveResponse};
+use lab_core::call::CallContext;
+use lab_core::metrics::Metrics;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::backoff::Backoff;
+use crate::breaker::{Breaker, BreakerConfig, BreakerState};
+use crate::budget::{Budget, MIN_ATTEMPT_BUDGET};
+use crate::error::Error;
+use crate::limiter::Limiter;
+use crate::metrics::{outcome, retry_class, shed_reason, ClientMetrics};
+use crate::retry_budget::{RetryBudget, RetryBudgetConfig};
+use crate::retryability;
+
+/// How much of a non-2xx body is read before the response is released (Go's
+/// `io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))`): a drained body lets the connection
+/// go back to the pool instead of being closed and re-handshaked — under load that alone can
+/// double the connection count. Beyond 4 KiB we would rather burn the connection than the memory.
+const DRAIN_LIMIT: usize = 4 << 10;
+/// How much of a drained error body is kept for the error message.
+const ERROR_BODY_KEPT: usize = 512;
+/// Ceiling on TCP connect. On loopback or a cluster network a connect takes microseconds; if it
+/// has not happened in a second the address is wrong or the peer is gone, and a retry to another
+/// replica is the better use of the budget. (Also capped by `per_attempt`.)
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Everything the fixed client needs. No field has a default that a caller could inherit
+/// unknowingly: the budget in particular is required (postmortem: `New(b Budget)`).
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// entity-service replicas as `http://host:port`. Each attempt takes the next one round-robin,
+    /// so a retry usually lands on a different replica than the one that just failed.
+    pub base_urls: Vec<String>,
+    /// The timing contract of this hop (`entity.resolve` in [`crate::budget::hop_table`]).
+    /// Validated here; an invalid budget refuses to build a client.
+    pub budget: Budget,
+    /// The token bucket that caps what retries can add in aggregate.
+    pub retry_budget: RetryBudgetConfig,
+    /// When to stop calling a failing entity-service altogether.
+    pub breaker: BreakerConfig,
+    /// Attempts allowed in flight to entity-service at once; the excess is shed, never queued.
+    /// Size it to entity-service's capacity share of this process (config says how).
+    pub max_concurrency: usize,
+}
+
+/// Per-request switches, evaluated by the caller from runtime flags, so each control can be
+/// measured alone against all of them (ablation). Turning a control off restores the legacy
+/// behaviour for that one concern and nothing else.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Controls {
+    /// The postmortem's kill switch `retries.entity.enabled`: off = one attempt, no retries.
+    pub retries_enabled: bool,
+    /// On: the caller's deadline caps ours and `X-Request-Budget-Ms` goes on the wire. Off: only
+    /// our own budget bounds the call and no header is sent (cancellation still works — it is a
+    /// property of the future, not a switch).
+    pub deadline_propagation: bool,
+    /// On: every retry must withdraw a token; successes deposit. Off: the bucket is untouched.
+    pub retry_budget: bool,
+    /// On: full-jitter backoff. Off: the deterministic upper bound (lock-step, for ablation).
+    pub jitter: bool,
+    /// On: the breaker gates and observes this request. Off: it neither sees nor gates it.
+    pub breaker: bool,
+    /// On: each attempt needs a limiter permit (shed at once when full). Off: unlimited.
+    pub concurrency_limit: bool,
+}
+
+impl Default for Controls {
+    /// Everything on: the fixed client as the postmortem shipped it.
+    fn default() -> Self {
+        Self {
+            retries_enabled: true,
+            deadline_propagation: true,
+            retry_budget: true,
+            jitter: true,
+            breaker: true,
+            concurrency_limit: true,
+        }
+    }
+}
+
+/// The resilient entity-service client. Share one per process (it is `Send + Sync`): the retry
+/// budget, breaker and limiter are process-wide on purpose — they protect entity-service from
+/// this process as a whole.
+pub struct Client {
+    /// Keeps connections alive between attempts; its own timeout is only a backstop (`total`),
+    /// the real deadline is set on every attempt.
+    http: reqwest::Client,
+    /// `{base_url}/v1/resolve` for every replica, checked at construction.
+    urls: Vec<String>,
+    /// Round-robin cursor over `urls`, advanced per attempt.
+    next: AtomicUsize,
+    /// This hop's contract; every deadline below derives from it.
+    budget: Budget,
+    /// Full-jitter schedule between attempts.
+    backoff: Backoff,
+    /// Caps retries in aggregate across all requests of this process.
+    retry_budget: RetryBudget,
+    /// Stops calls to a dependency that is failing.
+    breaker: Breaker,
+    /// Caps attempts in flight; sheds the excess.
+    limiter: Limiter,
+    /// The families shared with the legacy client.
+    metrics: ClientMetrics,
+}
+
+impl Client {
+    /// A client, or an error saying which part of `config` is wrong (an invalid budget first).
+    pub fn new(config: ClientConfig, metrics: &Metrics) -> anyhow::Result<Self> {
+        // LAB-FIX(timeout-inversion): the budget is a required argument, validated here. There is
+        // no package default to inherit: "a default timeout is a decision made by whoever edited
+        // a file last, applied to callers they have never heard of." (The hop invariant between
+        // budgets is checked by `HopTable::validate` at the caller's startup.)
+        config
+            .budget
+            .validate()
+            .context("entity client: refusing an invalid budget")?;
+        config
+            .retry_budget
+            .validate()
+            .map_err(|e| anyhow!("entity client: invalid retry budget: {e}"))?;
+        config
+            .breaker
+            .validate()
+            .map_err(|e| anyhow!("entity client: invalid breaker: {e}"))?;
+        ensure!(
+            config.max_concurrency >= 1,
+            "entity client: max_concurrency must be >= 1"
+        );
+        ensure!(
+            !config.base_urls.is_empty(),
+            "entity client: at least one entity-service URL is required"
+        );
+        let urls = config
+            .base_urls
+            .iter()
+            .map(|u| resolve_url(u))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let http = reqwest::Client::builder()
+            // Backstop only (Go: `Timeout: b.Total`): every attempt carries its own, shorter
+            // deadline. A client without any timeout is what the house style bans.
+            .timeout(config.budget.total)
+            .connect_timeout(CONNECT_TIMEOUT.min(config.budget.per_attempt))
+            // Keep as many idle connections as may be in flight, so bursts reuse them.
+            .pool_max_idle_per_host(config.max_concurrency)
+            // An internal hop: never through an HTTP(S)_PROXY from the environment.
+            .no_proxy()
+            .build()
+            .context("entity client: building the HTTP client")?;
+        let metrics = ClientMetrics::get_or_register(metrics)?;
+        Ok(Self {
+            http,
+            urls,
+            next: AtomicUsize::new(0),
+            backoff: Backoff::entity(),
+            retry_budget: RetryBudget::new(
+                config.retry_budget,
+                Some(metrics.retry_budget_tokens()),
+            ),
+            breaker: Breaker::new(config.breaker, Some(metrics.breaker_state())),
+            limiter: Limiter::new(config.max_concurrency, metrics.pool_in_use()),
+            budget: config.budget,
+            metrics,
+        })
+    }
+
+    /// Tokens left in the retry budget (also `entity_retry_budget_tokens`).
+    pub fn retry_budget_tokens(&self) -> f64 {
+        self.retry_budget.tokens()
+    }
+
+    /// What the breaker does with the next call (also `entity_breaker_state`).
+    pub fn breaker_state(&self) -> BreakerState {
+        self.breaker.state()
+    }
+
+    /// The budget this client was built with.
+    pub fn budget(&self) -> &Budget {
+        &self.budget
+    }
+
+    /// Resolve one batch of spans, within the budget and the caller's deadline, or say honestly
+    /// why not. Drop the future to cancel: nothing keeps running.
+    pub async fn resolve(
+        &self,
+        ctx: &CallContext,
+        req: &ResolveRequest,
+        controls: &Controls,
+    ) -> Result<ResolveResponse, Error> {
+        // The caller's trace continues here: this span is a child of whatever the caller is in.
+        let span = tracing::info_span!(
+            "entity.Resolve",
+            doc_id = %req.doc_id,
+            request_id = ctx.request_id.as_deref().unwrap_or(""),
+            budget = %self.budget.name,
+        );
+        self.resolve_in_budget(ctx, req, controls)
+            .instrument(span)
+            .await
+    }
+
+    async fn resolve_in_budget(
+        &self,
+        ctx: &CallContext,
+        req: &ResolveRequest,
+        controls: &Controls,
+    ) -> Result<ResolveResponse, Error> {
+        // The same orphan detection as the legacy client. Here the work is this very future, so
+        // parent and child end in the same drop and otel_span_orphaned_total stays 0.
+        let _spans = self.metrics.span_scope();
+        let start = Instant::now();
+
+        // LAB-FIX(timeout-inversion): clamp our ceiling on top of whatever the caller granted:
+        // the EARLIER deadline wins, so a caller with 400 ms left still wins over our 1800 ms.
+        // With deadline propagation off (ablation) only our own budget counts.
+        let own_deadline = start + self.budget.total;
+        let (deadline, caller_bound) = match ctx.deadline {
+            Some(caller) if controls.deadline_propagation && caller < own_deadline => {
+                (caller, true)
+            }
+            _ => (own_deadline, false),
+        };
+        // LAB-FIX(retry-amplification): `retries.entity.enabled` off means exactly one attempt.
+        let max_attempts = if controls.retries_enabled {
+            self.budget.max_attempts
+        } else {
+            1
+        };
+        let body = serde_json::to_vec(req)
+            .map(Bytes::from)
+            .map_err(|e| Error::Decode {
+                message: format!("encoding the request: {e}"),
+            })?;
+        let floor = self.budget.guard_band + MIN_ATTEMPT_BUDGET;
+
+        let mut sent: u32 = 0;
+        let mut last: Option<Error> = None;
+        loop {
+            if let Some(prev) = last.take() {
+                // LAB-FIX(no-jitter): full jitter, the upper bound doubling per retry.
+                let pause = self.backoff.delay(sent, controls.jitter);
+                let resume = Instant::now() + pause;
+                // Refuse to sleep towards an attempt that could not start anyway: no token spent,
+                // no time wasted, the caller learns at once.
+                if deadline.saturating_duration_since(resume) < floor {
+                    return Err(self.no_budget(deadline, sent));
+                }
+                // LAB-FIX(retry-amplification): a retry is a loan against recent successes.
+                if controls.retry_budget && !self.retry_budget.withdraw() {
+                    self.metrics.record_shed(shed_reason::RETRY_BUDGET);
+                    tracing::debug!(attempts = sent, "retry refused: retry budget exhausted");
+                    return Err(Error::RetryBudgetExhausted {
+                        attempts: sent,
+                        last: Box::new(prev),
+                    });
+                }
+                self.metrics.record_retry(retry_class_of(&prev));
+                tracing::debug!(
+                    attempts = sent,
+                    pause_ms = pause.as_millis() as u64,
+                    error = %prev,
+                    "retrying entity-service"
+                );
+                // LAB-FIX(orphaned-work): this sleep is part of the caller's future — dropped with
+                // it — and can never run past the deadline (`time.Sleep` ignored both).
+                tokio::time::sleep_until(resume.min(deadline)).await;
+            }
+
+            // LAB-FIX(timeout-inversion): each attempt gets min(remaining - guard_band,
+            // per_attempt); none starts with less than MIN_ATTEMPT_BUDGET.
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining < floor {
+                return Err(self.no_budget(deadline, sent));
+            }
+            let room = remaining - self.budget.guard_band;
+            let attempt_budget = room.min(self.budget.per_attempt);
+            // When the room left, not per_attempt, bounds this attempt, its timeout IS the total
+            // deadline: what follows is DeadlineExceeded, not a retryable attempt timeout.
+            let bounded_by_deadline = room <= self.budget.per_attempt;
+
+            // LAB-FIX(pool-exhaustion) — first the breaker: don't start requests against a
+            // dependency already known to be failing.
+            let permit = if controls.breaker {
+                match self.breaker.admit() {
+                    Some(p) => Some(p),
+                    None => {
+                        self.metrics.record_shed(shed_reason::BREAKER_OPEN);
+                        return Err(Error::BreakerOpen);
+                    }
+                }
+            } else {
+                None
+            };
+            // LAB-FIX(pool-exhaustion) — then the concurrency limit: shed at once, never queue.
+            let slot = if controls.concurrency_limit {
+                match self.limiter.try_acquire() {
+                    Some(s) => Some(s),
+                    None => {
+                        self.metrics.record_shed(shed_reason::CONCURRENCY_LIMIT);
+                        return Err(Error::ConcurrencyLimited);
+                    }
+                }
+            } else {
+                None
+            };
+
+            sent += 1;
+            let result = self
+                .attempt(ctx, body.clone(), attempt_budget, controls)
+                .instrument(tracing::debug_span!(
+                    "entity.Resolve.attempt",
+                    attempt = sent - 1,
+                    budget_ms = attempt_budget.as_millis() as u64
+                ))
+                .await;
+            drop(slot);
+
+            let err = match result {
+                Ok(answer) => {
+                    if let Some(p) = permit {
+                        p.success();
+                    }
+                    if controls.retry_budget {
+                        self.retry_budget.deposit();
+                    }
+                    return Ok(answer);
+                }
+                Err(e) => e,
+            };
+            if let Some(p) = permit {
+                if retryability::is_dependency_failure(&err) {
+                    p.failure();
+                } else if matches!(err, Error::Upstream { .. }) {
+                    // A 4xx: entity-service is healthy, the request was wrong.
+                    p.success();
+                }
+                // Anything else (a decode error) says nothing about health: dropped unreported.
+            }
+            if matches!(err, Error::AttemptTimedOut { .. }) && bounded_by_deadline {
+                // Our caller gave up, or our total budget expired: the answer is worthless now.
+                // The attempt was cut (connection closed) — work entity-service can stop.
+                self.metrics.record_abandoned();
+                return Err(Error::DeadlineExceeded {
+                    elapsed: start.elapsed(),
+                    attempts: sent,
+                    caller_bound,
+                });
+            }
+            // LAB-FIX(retries-5xx): one function decides; a 500 ends here after one request.
+            if !err.is_retryable() || sent >= max_attempts {
+                return Err(err);
+            }
+            last = Some(err);
+        }
+    }
+
+    fn no_budget(&self, deadline: Instant, attempts: u32) -> Error {
+        self.metrics.record_shed(shed_reason::NO_BUDGET);
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        tracing::debug!(
+            attempts,
+            remaining_ms = remaining.as_millis() as u64,
+            "not starting an attempt: out of budget"
+        );
+        Error::NoBudget {
+            remaining,
+            attempts,
+        }
+    }
+
+    /// One request, bounded by `budget`. Dropping this future (caller gone) drops the request and
+    /// closes its connection; the guard records that as `cancelled` + abandoned.
+    async fn attempt(
+        &self,
+        ctx: &CallContext,
+        body: Bytes,
+        budget: Duration,
+        controls: &Controls,
+    ) -> Result<ResolveResponse, Error> {
+        let url = &self.urls[self.next.fetch_add(1, Ordering::Relaxed) % self.urls.len()];
+        // LAB-FIX(orphaned-work): the request is built and awaited inside the caller's future —
+        // no `tokio::spawn`, no detached task. This is Go's `NewRequestWithContext(ctx, ...)`:
+        // "the whole fix, in one identifier".
+        let mut rb = self
+            .http
+            .post(url)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body);
+        if let Some(id) = &ctx.request_id {
+            rb = rb.header(headers::REQUEST_ID, id);
+        }
+        if let Some(d) = &ctx.observe_user_deadline {
+            rb = rb.header(headers::OBSERVE_USER_DEADLINE, d);
+        }
+        if controls.deadline_propagation {
+            // Tell entity-service how long we will wait, so it can shed work it cannot deliver
+            // in time — "the other half of the contract".
+            rb = rb.header(headers::REQUEST_BUDGET_MS, budget.as_millis().to_string());
+        }
+        let guard = AttemptGuard::start(&self.metrics);
+        let result = match tokio::time::timeout(budget, exchange(rb)).await {
+            Ok(r) => r,
+            Err(_) => Err(Error::AttemptTimedOut { after: budget }),
+        };
+        guard.finish(outcome_of(&result));
+        result
+    }
+}
+
+/// Send, then read the answer; non-2xx bodies are drained (bounded) so the connection is reused.
+async fn exchange(rb: reqwest::RequestBuilder) -> Result<ResolveResponse, Error> {
+    let resp = rb.send().await.map_err(transport_error)?;
+    let status = resp.status();
+    if !status.is_success() {
+        let body = drain(resp).await;
+        return Err(Error::Upstream {
+            status: status.as_u16(),
+            body,
+        });
+    }
+    let bytes = resp.bytes().await.map_err(transport_error)?;
+    serde_json::from_slice(&bytes).map_err(|e| Error::Decode {
+        message: e.to_string(),
+    })
+}
+
+/// Read up to [`DRAIN_LIMIT`] bytes of an error body, keeping the first [`ERROR_BODY_KEPT`].
+async fn drain(mut resp: reqwest::Response) -> String {
+    let mut kept = Vec::new();
+    let mut read = 0usize;
+    while read < DRAIN_LIMIT {
+        match resp.chunk().await {
+            Ok(Some(chunk)) => {
+                read += chunk.len();
+                let room = ERROR_BODY_KEPT.saturating_sub(kept.len());
+                kept.extend_from_slice(&chunk[..chunk.len().min(room)]);
+            }
+            // End of body (connection reusable) or a broken one (it will be closed anyway).
+            Ok(None) | Err(_) => break,
+        }
+    }
+    String::from_utf8_lossy(&kept).into_owned()
+}
+
+fn transport_error(e: reqwest::Error) -> Error {
+    Error::Transport {
+        connect: e.is_connect(),
+        message: error_chain(&e),
+    }
+}
+
+/// `reqwest::Error`'s Display hides the cause ("error sending request"); the chain names it.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut msg = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        msg.push_str(": ");
+        msg.push_str(&s.to_string());
+        source = s.source();
+    }
+    msg
+}
+
+fn outcome_of(result: &Result<ResolveResponse, Error>) -> &'static str {
+    match result {
+        Ok(_) => outcome::OK,
+        Err(Error::AttemptTimedOut { .. }) | Err(Error::DeadlineExceeded { .. }) => {
+            outcome::TIMEOUT
+        }
+        Err(Error::Upstream { status, .. }) => outcome::for_status(*status),
+        Err(Error::Decode { .. }) => outcome::DECODE,
+        Err(_) => outcome::TRANSPORT,
+    }
+}
+
+fn retry_class_of(err: &Error) -> &'static str {
+    match err {
+        Error::AttemptTimedOut { .. } => retry_class::TIMEOUT,
+        Error::Transport { connect: true, .. } => retry_class::CONNECT,
+        Error::Upstream { status, .. } => retry_class::for_status(*status),
+        _ => retry_class::TRANSPORT,
+    }
+}
+
+/// `{base}/v1/resolve`, refusing anything that is not an absolute http(s) URL with a host.
+fn resolve_url(base: &str) -> anyhow::Result<String> {
+    let url = reqwest::Url::parse(base)
+        .with_context(|| format!("entity client: invalid entity-service URL {base:?}"))?;
+    ensure!(
+        matches!(url.scheme(), "http" | "https") && url.host_str().is_some(),
+        "entity client: entity-service URL {base:?} must be http://host:port"
+    );
+    Ok(format!("{}/v1/resolve", base.trim_end_matches('/')))
+}
+
+/// Records one attempt's outcome; dropped unfinished — the caller went away mid-attempt — it
+/// records `cancelled` and one abandoned attempt (entity-service's work on it is now for nobody,
+/// and the dropped request has just told it so by closing the connection).
+struct AttemptGuard<'a> {
+    metrics: &'a ClientMetrics,
+    started: Instant,
+    finished: bool,
+}
+
+impl<'a> AttemptGuard<'a> {
+    fn start(metrics: &'a ClientMetrics) -> Self {
+        Self {
+            metrics,
+            started: Instant::now(),
+            finished: false,
+        }
+    }
+
+    fn finish(mut self, outcome: &str) {
+        self.finished = true;
+        self.metrics.record_attempt(outcome, self.started.elapsed());
+    }
+}
+
+impl Drop for AttemptGuard<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.metrics
+                .record_attempt(outcome::CANCELLED, self.started.elapsed());
+            self.metrics.record_abandoned();
+        }
+    }
+}

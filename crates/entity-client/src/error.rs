@@ -1,0 +1,104 @@
+//! The fixed client's errors, split by what the CALLER must do about them.
+//!
+//! Nothing here is "the caller cancelled": a caller that goes away drops the `resolve` future,
+//! and a dropped future returns nothing and runs nothing more.
+
+use std::time::Duration;
+
+/// Why `resolve` did not produce an answer.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The total deadline — ours (`budget.total`) or the caller's, whichever came first — passed
+    /// during an attempt. Don't retry: the answer would arrive for nobody.
+    #[error(
+        "entity-service: deadline exceeded after {attempts} attempt(s) in {}ms ({} deadline)",
+        .elapsed.as_millis(),
+        if *.caller_bound { "the caller's" } else { "our budget's" }
+    )]
+    DeadlineExceeded {
+        /// Time from the start of `resolve`.
+        elapsed: Duration,
+        /// Attempts sent, the cut one included.
+        attempts: u32,
+        /// `true` when the caller's deadline was the earlier one (deadline propagation at work).
+        caller_bound: bool,
+    },
+    /// One attempt hit its per-attempt deadline while the total budget still had room. May be
+    /// retried (and was, if the budgets allowed); returned as the last attempt's error.
+    #[error("entity-service: attempt timed out after {}ms", .after.as_millis())]
+    AttemptTimedOut {
+        /// The attempt's own budget: `min(remaining - guard_band, per_attempt)`.
+        after: Duration,
+    },
+    /// The breaker is shedding: entity-service is known to be failing; nothing was sent.
+    #[error("entity-service: breaker shedding, request not sent")]
+    BreakerOpen,
+    /// A retry was due but the retry budget had no token: retries are switched off until
+    /// successes refill it. Nothing more was sent.
+    #[error(
+        "entity-service: retry budget exhausted after {attempts} attempt(s); last error: {last}"
+    )]
+    RetryBudgetExhausted {
+        /// Attempts sent before the refusal.
+        attempts: u32,
+        /// What failed before the refused retry.
+        last: Box<Error>,
+    },
+    /// The concurrency limit in front of entity-service is full; shed at once, nothing sent.
+    #[error("entity-service: concurrency limit reached, request shed")]
+    ConcurrencyLimited,
+    /// entity-service answered with a non-2xx status.
+    #[error("entity-service answered {status}: {body}")]
+    Upstream {
+        status: u16,
+        /// The first 512 characters of the drained error body.
+        body: String,
+    },
+    /// No HTTP answer: connect failure, reset, closed connection.
+    #[error("entity-service unreachable: {message}")]
+    Transport {
+        /// The request never reached entity-service (refused, connect timeout): safe to retry.
+        connect: bool,
+        message: String,
+    },
+    /// Less than the minimum attempt budget was left (after the guard band), so no attempt was
+    /// started: "fail honestly, fail early". Don't retry.
+    #[error(
+        "entity-service: {}ms left after {attempts} attempt(s), below the {}ms minimum attempt \
+         budget; not starting another",
+        .remaining.as_millis(),
+        crate::budget::MIN_ATTEMPT_BUDGET.as_millis()
+    )]
+    NoBudget {
+        /// Time left before the deadline, guard band not yet subtracted.
+        remaining: Duration,
+        /// Attempts sent before giving up.
+        attempts: u32,
+    },
+    /// A 2xx whose body is not a `ResolveResponse` (or a request we could not encode).
+    #[error("entity-service: undecodable exchange: {message}")]
+    Decode { message: String },
+}
+
+impl Error {
+    /// May this failure be retried? One truth table for the whole crate:
+    /// [`crate::retryability::is_retryable`].
+    pub fn is_retryable(&self) -> bool {
+        crate::retryability::is_retryable(self)
+    }
+
+    /// A stable, machine-readable code (for the caller's error body, logs and metrics labels).
+    pub fn code(&self) -> &'static str {
+        match self {
+            Error::DeadlineExceeded { .. } => "deadline_exceeded",
+            Error::AttemptTimedOut { .. } => "attempt_timed_out",
+            Error::BreakerOpen => "breaker_open",
+            Error::RetryBudgetExhausted { .. } => "retry_budget_exhausted",
+            Error::ConcurrencyLimited => "concurrency_limited",
+            Error::Upstream { .. } => "upstream_error",
+            Error::Transport { .. } => "transport_error",
+            Error::NoBudget { .. } => "no_budget",
+            Error::Decode { .. } => "decode_error",
+        }
+    }
+}

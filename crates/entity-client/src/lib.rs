@@ -1,0 +1,48 @@
+//! The resilient entity-service client: the postmortem's "Code After", as a library.
+//!
+//! The orchestrator calls entity-service through this client (or through the legacy one in
+//! `entity-client-legacy`, which reproduces "Code Before"; the two share module names, so reading
+//! `backoff.rs` in both is reading the bug next to its fix). `grep -rn 'LAB-\(BUG\|FIX\)' crates/`
+//! lists every defect and every control.
+//!
+//! # Layout
+//! - [`budget`]: [`Budget`] (a required argument: no `Default` anywhere), [`MIN_ATTEMPT_BUDGET`],
+//!   and the path's hop table in ONE place — [`hop_table`], [`HopTable::validate`] refusing any
+//!   child that could outlive its parent. LAB-FIX(timeout-inversion).
+//! - [`client`]: [`Client`], [`ClientConfig`] and the per-request [`Controls`]; the retry loop of
+//!   the postmortem's flow diagram, bound to the caller's future (LAB-FIX(orphaned-work)).
+//! - [`backoff`]: exponential backoff with full jitter, cancellable. LAB-FIX(no-jitter).
+//! - [`retry_budget`]: the token bucket that switches retries off when nothing succeeds.
+//!   LAB-FIX(retry-amplification).
+//! - [`retryability`]: the ONE function deciding what is retried. LAB-FIX(retries-5xx).
+//! - [`breaker`]: `Admitting` → `Shedding` → `Probing`, named by effect.
+//! - [`limiter`]: the non-queueing concurrency limit in front of entity-service.
+//!   LAB-FIX(pool-exhaustion).
+//! - [`metrics`]: the metric families BOTH clients write, registered once per registry
+//!   ([`metrics::ClientMetrics::get_or_register`]), with the exact semantics per client.
+//! - [`error`]: [`Error`], split by what the caller must do, with `is_retryable()` and `code()`.
+//! - `test_support` (feature `test-support`, dev only): the stub entity-service and metric
+//!   readers both clients' tests use.
+//!
+//! LAB-FIX(deep-readiness): unlike the legacy client this one has no `ready()`. Readiness answers
+//! "can THIS process serve a request?" (`lab_core::health`), never "is entity-service happy?" —
+//! a dependency check in `/readyz` is a fleet-wide kill switch with no owner.
+
+pub mod backoff;
+pub mod breaker;
+pub mod budget;
+pub mod client;
+pub mod error;
+pub mod limiter;
+pub mod metrics;
+pub mod retry_budget;
+pub mod retryability;
+#[cfg(feature = "test-support")]
+pub mod test_support;
+
+pub use breaker::{BreakerConfig, BreakerState};
+pub use budget::{hop_table, Budget, BudgetError, HopTable, MIN_ATTEMPT_BUDGET};
+pub use client::{Client, ClientConfig, Controls};
+pub use error::Error;
+pub use lab_core::call::CallContext;
+pub use retry_budget::RetryBudgetConfig;

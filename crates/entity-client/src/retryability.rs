@@ -1,0 +1,152 @@
+//! What is worth retrying — decided in ONE function, [`is_retryable`], the way linkerd keeps a
+//! single `retryable_error`. The retry loop, [`Error::is_retryable`] and the breaker's idea of a
+//! "failure" all start from here, so there is one truth table to read.
+//!
+//! LAB-FIX(retries-5xx): "retry congestion, never retry bugs". The legacy client retried every
+//! 5xx. A 500 usually means a deterministic bug on a specific payload; retrying it runs the bug
+//! three times and triples the logs being read during the incident. 429, 503 and 504 mean
+//! congestion or transient unavailability — worth another try, with a budget and jitter.
+//!
+//! | failure | retryable | why |
+//! |---|---|---|
+//! | 429, 503, 504 | yes | congestion / transient unavailability |
+//! | 500, 502, other 5xx | no | most likely a deterministic server bug (502 is not in the postmortem's list either) |
+//! | other 4xx | no | the request is wrong; it will be wrong again |
+//! | connect error (refused, connect timeout) | yes | the request never reached entity-service |
+//! | per-attempt timeout (`AttemptTimedOut`) | yes | the total budget may still have room |
+//! | other transport error (reset mid-response) | no | entity-service may have done the work; the total budget is better spent failing honestly |
+//! | undecodable 2xx body | no | a contract bug |
+//! | total deadline (`DeadlineExceeded`), `NoBudget` | never | retrying a dead request is the definition of abandoned work |
+//! | the caller's cancellation | never | not even an error: the future is dropped and nothing runs any more |
+//! | our own refusals (`BreakerOpen`, `RetryBudgetExhausted`, `ConcurrencyLimited`) | no | retrying a shed defeats the shedding |
+
+use crate::error::Error;
+
+/// 429, 503 and 504: the statuses that signal congestion rather than a bug.
+pub fn is_retryable_status(status: u16) -> bool {
+    matches!(status, 429 | 503 | 504)
+}
+
+/// The truth table above.
+pub fn is_retryable(err: &Error) -> bool {
+    match err {
+        Error::AttemptTimedOut { .. } => true,
+        Error::Upstream { status, .. } => is_retryable_status(*status),
+        Error::Transport { connect, .. } => *connect,
+        Error::DeadlineExceeded { .. }
+        | Error::NoBudget { .. }
+        | Error::BreakerOpen
+        | Error::RetryBudgetExhausted { .. }
+        | Error::ConcurrencyLimited
+        | Error::Decode { .. } => false,
+    }
+}
+
+/// Does this attempt error say the dependency is unhealthy (a breaker failure)? 5xx (500
+/// included: a dependency failing half its calls with 500s needs relief too, it just gains
+/// nothing from retries), 429, timeouts and transport errors. A 4xx other than 429 means the
+/// dependency is fine and the request was wrong; a decode error is a contract bug.
+pub fn is_dependency_failure(err: &Error) -> bool {
+    match err {
+        Error::Upstream { status, .. } => *status >= 500 || *status == 429,
+        Error::AttemptTimedOut { .. }
+        | Error::DeadlineExceeded { .. }
+        | Error::Transport { .. } => true,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn upstream(status: u16) -> Error {
+        Error::Upstream {
+            status,
+            body: String::new(),
+        }
+    }
+
+    #[test]
+    fn retryability_truth_table() {
+        let cases: Vec<(Error, bool)> = vec![
+            (upstream(429), true),
+            (upstream(503), true),
+            (upstream(504), true),
+            (upstream(500), false),
+            (upstream(502), false),
+            (upstream(501), false),
+            (upstream(400), false),
+            (upstream(404), false),
+            (upstream(409), false),
+            (
+                Error::Transport {
+                    connect: true,
+                    message: "connection refused".into(),
+                },
+                true,
+            ),
+            (
+                Error::Transport {
+                    connect: false,
+                    message: "connection reset".into(),
+                },
+                false,
+            ),
+            (
+                Error::AttemptTimedOut {
+                    after: Duration::from_millis(700),
+                },
+                true,
+            ),
+            (
+                Error::DeadlineExceeded {
+                    elapsed: Duration::from_millis(1720),
+                    attempts: 3,
+                    caller_bound: false,
+                },
+                false,
+            ),
+            (
+                Error::NoBudget {
+                    remaining: Duration::from_millis(90),
+                    attempts: 2,
+                },
+                false,
+            ),
+            (Error::BreakerOpen, false),
+            (Error::ConcurrencyLimited, false),
+            (
+                Error::RetryBudgetExhausted {
+                    attempts: 1,
+                    last: Box::new(upstream(503)),
+                },
+                false,
+            ),
+            (
+                Error::Decode {
+                    message: "expected value".into(),
+                },
+                false,
+            ),
+        ];
+        for (err, want) in cases {
+            assert_eq!(is_retryable(&err), want, "{err:?}");
+            assert_eq!(
+                err.is_retryable(),
+                want,
+                "Error::is_retryable agrees: {err:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn retryability_500_is_a_failure_but_not_retryable() {
+        assert!(is_dependency_failure(&upstream(500)));
+        assert!(!is_retryable(&upstream(500)));
+        assert!(!is_dependency_failure(&upstream(404)));
+        assert!(is_dependency_failure(&upstream(429)));
+    }
+}

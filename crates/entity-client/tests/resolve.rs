@@ -1,0 +1,537 @@
+//! The fixed client against a stub entity-service on loopback, on the paused clock: every claim
+//! of the postmortem's "Code After" as a test — it stops when the caller stops, it gives up within
+//! its budget, it retries congestion and never bugs, and its sheds happen at once.
+
+use std::time::Duration;
+
+use entity_client::test_support::{ctx, has_series, metric, request, Reply, Stub};
+use entity_client::{
+    hop_table, BreakerConfig, BreakerState, Budget, CallContext, Client, ClientConfig, Controls,
+    Error, RetryBudgetConfig,
+};
+use lab_core::metrics::Metrics;
+use tokio::time::Instant;
+
+const MS: fn(u64) -> Duration = Duration::from_millis;
+
+fn config(url: &str) -> ClientConfig {
+    ClientConfig {
+        base_urls: vec![url.to_string()],
+        budget: hop_table().entity,
+        retry_budget: RetryBudgetConfig::default(),
+        breaker: BreakerConfig::default(),
+        max_concurrency: 64,
+    }
+}
+
+fn client(stub: &Stub) -> (Client, Metrics) {
+    let metrics = Metrics::new();
+    let c = Client::new(config(&stub.url), &metrics).expect("client");
+    (c, metrics)
+}
+
+#[tokio::test(start_paused = true)]
+async fn resolve_dropped_by_caller_closes_the_connection_and_sends_nothing_more() {
+    let stub = Stub::start(Reply::ok().after(Duration::from_secs(5))).await;
+    let (client, metrics) = client(&stub);
+    let (ctx, req, controls) = (ctx(), request(), Controls::default());
+
+    let call = client.resolve(&ctx, &req, &controls);
+    tokio::select! {
+        _ = call => panic!("the stub answers after 5 s; the caller leaves before that"),
+        _ = stub.wait_for_requests(1) => {}
+    }
+    // The select dropped the call: the caller (say, the gateway's hang-up) is gone.
+    let dropped_at = Instant::now();
+    tokio::time::timeout(MS(50), stub.wait_for_hangups(1))
+        .await
+        .expect("entity-service sees the connection close within 50 ms");
+    assert!(stub.hangups()[0] - dropped_at <= MS(50));
+
+    // Nothing keeps working for the dead caller: no retry, ever.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(
+        stub.requests(),
+        1,
+        "no further attempt after the caller left"
+    );
+    assert_eq!(
+        metric(
+            &metrics,
+            "entity_requests_total",
+            &[("outcome", "cancelled")]
+        ),
+        1.0
+    );
+    assert_eq!(metric(&metrics, "entity_abandoned_total", &[]), 1.0);
+    assert_eq!(
+        metric(&metrics, "otel_span_orphaned_total", &[]),
+        0.0,
+        "the work cannot outlive its caller: it is the caller's future"
+    );
+    assert_eq!(
+        metric(&metrics, "entity_pool_slots", &[("state", "in_use")]),
+        0.0
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn resolve_gives_up_within_its_budget_against_a_slow_dependency() {
+    // The postmortem's integration test: "with a 5 s downstream, Resolve returns in under 2 s and
+    // issues at most 3 requests".
+    let stub = Stub::start(Reply::ok().after(Duration::from_secs(5))).await;
+    let (client, metrics) = client(&stub);
+    let budget = hop_table().entity;
+
+    let start = Instant::now();
+    let err = client
+        .resolve(&ctx(), &request(), &Controls::default())
+        .await
+        .unwrap_err();
+    let elapsed = start.elapsed();
+
+    assert!(
+        matches!(
+            err,
+            Error::DeadlineExceeded {
+                caller_bound: false,
+                ..
+            } | Error::NoBudget { .. }
+        ),
+        "{err}"
+    );
+    assert!(
+        elapsed <= budget.total + budget.guard_band,
+        "gave up after {elapsed:?}"
+    );
+    let n = stub.requests();
+    assert!((2..=3).contains(&n), "{n} requests");
+    for a in stub.arrivals() {
+        let ms = a.budget_ms.expect("X-Request-Budget-Ms on every attempt");
+        assert!((120..=700).contains(&ms), "attempt budget {ms} ms");
+    }
+    // Every attempt was cut, and entity-service saw each cut as a closed connection.
+    tokio::time::timeout(MS(50), stub.wait_for_hangups(n))
+        .await
+        .expect("every timed-out attempt closed its connection");
+    assert_eq!(
+        metric(&metrics, "entity_requests_total", &[("outcome", "timeout")]),
+        n as f64
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn resolve_does_not_retry_a_500() {
+    let stub = Stub::start(Reply::status(500)).await;
+    let (client, metrics) = client(&stub);
+    let err = client
+        .resolve(&ctx(), &request(), &Controls::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Upstream { status: 500, .. }), "{err}");
+    assert!(!err.is_retryable());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(stub.requests(), 1, "retrying a bug runs the bug 3 times");
+    assert_eq!(metric(&metrics, "entity_retries_total", &[]), 0.0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn resolve_retries_a_503_up_to_three_times_within_budget() {
+    let stub = Stub::start(Reply::status(503)).await;
+    let (client, metrics) = client(&stub);
+    let start = Instant::now();
+    let err = client
+        .resolve(&ctx(), &request(), &Controls::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Upstream { status: 503, .. }), "{err}");
+    assert_eq!(stub.requests(), 3);
+    let at: Vec<Instant> = stub.arrivals().iter().map(|a| a.at).collect();
+    // Backoffs are drawn in [0, 40 ms) and [0, 80 ms); tokio timers round up to the next
+    // millisecond, hence `<=`.
+    assert!(at[1] - at[0] <= MS(40), "first backoff within 40 ms");
+    assert!(at[2] - at[1] <= MS(80), "second backoff within 80 ms");
+    assert!(
+        start.elapsed() <= MS(120),
+        "no sleep after the last attempt"
+    );
+    assert_eq!(
+        metric(&metrics, "entity_retries_total", &[("class", "status_503")]),
+        2.0
+    );
+    assert_eq!(client.retry_budget_tokens(), 98.0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn resolve_succeeds_after_a_retried_503_and_deposits_a_token_share() {
+    let stub = Stub::start(Reply::ok()).await;
+    stub.then([Reply::status(503)]);
+    let (client, metrics) = client(&stub);
+    let answer = client
+        .resolve(&ctx(), &request(), &Controls::default())
+        .await
+        .expect("the retry succeeds");
+    assert!(answer.results.is_empty());
+    assert_eq!(stub.requests(), 2);
+    assert!((client.retry_budget_tokens() - 99.2).abs() < 1e-9);
+    assert!((metric(&metrics, "entity_retry_budget_tokens", &[]) - 99.2).abs() < 1e-9);
+}
+
+#[tokio::test(start_paused = true)]
+async fn resolve_without_jitter_waits_the_deterministic_upper_bound() {
+    let stub = Stub::start(Reply::status(503)).await;
+    let (client, _m) = client(&stub);
+    let controls = Controls {
+        jitter: false,
+        ..Controls::default()
+    };
+    let _ = client.resolve(&ctx(), &request(), &controls).await;
+    let at: Vec<Instant> = stub.arrivals().iter().map(|a| a.at).collect();
+    assert_eq!(at[1] - at[0], MS(40));
+    assert_eq!(at[2] - at[1], MS(80));
+}
+
+#[tokio::test(start_paused = true)]
+async fn resolve_with_retries_disabled_makes_one_attempt() {
+    let stub = Stub::start(Reply::status(503)).await;
+    let (client, _m) = client(&stub);
+    let controls = Controls {
+        retries_enabled: false,
+        ..Controls::default()
+    };
+    let err = client
+        .resolve(&ctx(), &request(), &controls)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Upstream { status: 503, .. }));
+    assert_eq!(stub.requests(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn resolve_caps_its_attempt_at_the_callers_deadline_and_says_so() {
+    let stub = Stub::start(Reply::black_hole()).await;
+    let (client, _m) = client(&stub);
+    let start = Instant::now();
+    let ctx = CallContext {
+        deadline: Some(start + MS(500)),
+        ..ctx()
+    };
+    let err = client
+        .resolve(&ctx, &request(), &Controls::default())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::DeadlineExceeded {
+                caller_bound: true,
+                attempts: 1,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    // 500 ms left minus the 80 ms guard band: the attempt gets 420 ms, and says so on the wire.
+    assert_eq!(start.elapsed(), MS(420));
+    assert_eq!(stub.arrivals()[0].budget_ms, Some(420));
+    assert_eq!(stub.requests(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn resolve_without_deadline_propagation_ignores_the_callers_deadline() {
+    let stub = Stub::start(Reply::black_hole()).await;
+    let (client, _m) = client(&stub);
+    let start = Instant::now();
+    let ctx = CallContext {
+        deadline: Some(start + MS(500)),
+        ..ctx()
+    };
+    let controls = Controls {
+        deadline_propagation: false,
+        jitter: false,
+        ..Controls::default()
+    };
+    let err = client
+        .resolve(&ctx, &request(), &controls)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::DeadlineExceeded {
+                caller_bound: false,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let a = stub.arrivals();
+    assert_eq!(
+        a[0].budget_ms, None,
+        "no X-Request-Budget-Ms without propagation"
+    );
+    // Its own budget only: 700 + 40 + 700 + 80 + (1800 - 80 - 1520) = 1720 ms, far past the
+    // caller's 500 ms — the ablation shows what propagation buys.
+    assert_eq!(start.elapsed(), MS(1720));
+    assert_eq!(stub.requests(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn resolve_sheds_when_the_caller_has_too_little_time_left() {
+    let stub = Stub::start(Reply::ok()).await;
+    let (client, metrics) = client(&stub);
+    let ctx = CallContext {
+        // 150 ms - 80 ms guard band = 70 ms < the 120 ms minimum attempt budget.
+        deadline: Some(Instant::now() + MS(150)),
+        ..ctx()
+    };
+    let err = client
+        .resolve(&ctx, &request(), &Controls::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::NoBudget { attempts: 0, .. }), "{err}");
+    assert_eq!(stub.requests(), 0);
+    assert_eq!(
+        metric(&metrics, "entity_shed_total", &[("reason", "no_budget")]),
+        1.0
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn resolve_refuses_retries_when_the_retry_budget_is_empty() {
+    let stub = Stub::start(Reply::status(503)).await;
+    let metrics = Metrics::new();
+    let client = Client::new(
+        ClientConfig {
+            retry_budget: RetryBudgetConfig {
+                max_tokens: 1.0,
+                ..RetryBudgetConfig::default()
+            },
+            ..config(&stub.url)
+        },
+        &metrics,
+    )
+    .unwrap();
+
+    // One token: one retry, then the second retry is refused.
+    let err = client
+        .resolve(&ctx(), &request(), &Controls::default())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::RetryBudgetExhausted { attempts: 2, .. }),
+        "{err}"
+    );
+    assert_eq!(stub.requests(), 2);
+    // Empty bucket: the next call makes its one attempt and no retry at all.
+    let err = client
+        .resolve(&ctx(), &request(), &Controls::default())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::RetryBudgetExhausted { attempts: 1, .. }),
+        "{err}"
+    );
+    assert_eq!(
+        stub.requests(),
+        3,
+        "amplification 1x once the bucket is empty"
+    );
+    assert_eq!(
+        metric(&metrics, "entity_shed_total", &[("reason", "retry_budget")]),
+        2.0
+    );
+    // With the control off (ablation) the empty bucket does not matter.
+    let off = Controls {
+        retry_budget: false,
+        ..Controls::default()
+    };
+    let _ = client.resolve(&ctx(), &request(), &off).await;
+    assert_eq!(stub.requests(), 6);
+}
+
+#[tokio::test(start_paused = true)]
+async fn resolve_sheds_at_once_while_the_breaker_sheds_and_recovers_through_probes() {
+    let stub = Stub::start(Reply::status(500)).await;
+    let (client, metrics) = client(&stub);
+    let controls = Controls::default();
+    // 20 failures (500s: not retried, but a failing dependency all the same) trip the breaker.
+    for _ in 0..20 {
+        let _ = client.resolve(&ctx(), &request(), &controls).await;
+    }
+    assert_eq!(stub.requests(), 20);
+    assert_eq!(client.breaker_state(), BreakerState::Shedding);
+    assert_eq!(metric(&metrics, "entity_breaker_state", &[]), 2.0);
+
+    let start = Instant::now();
+    let err = client
+        .resolve(&ctx(), &request(), &controls)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::BreakerOpen), "{err}");
+    assert_eq!(start.elapsed(), Duration::ZERO, "shed in microseconds");
+    assert_eq!(stub.requests(), 20, "nothing sent while shedding");
+    assert_eq!(
+        metric(&metrics, "entity_shed_total", &[("reason", "breaker_open")]),
+        1.0
+    );
+
+    // entity-service recovers; after 5 s three probes succeed and the breaker admits again.
+    stub.set_default(Reply::ok());
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(client.breaker_state(), BreakerState::Probing);
+    for _ in 0..3 {
+        client
+            .resolve(&ctx(), &request(), &controls)
+            .await
+            .expect("probe");
+    }
+    assert_eq!(client.breaker_state(), BreakerState::Admitting);
+    assert_eq!(metric(&metrics, "entity_breaker_state", &[]), 0.0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn resolve_sheds_at_once_over_the_concurrency_limit() {
+    // Slow but within the 700 ms attempt budget.
+    let stub = Stub::start(Reply::ok().after(MS(500))).await;
+    let metrics = Metrics::new();
+    let client = Client::new(
+        ClientConfig {
+            max_concurrency: 2,
+            ..config(&stub.url)
+        },
+        &metrics,
+    )
+    .unwrap();
+    let (ctx, req, controls) = (ctx(), request(), Controls::default());
+
+    let both = futures::future::join(
+        client.resolve(&ctx, &req, &controls),
+        client.resolve(&ctx, &req, &controls),
+    );
+    tokio::pin!(both);
+    tokio::select! {
+        _ = &mut both => panic!("they take 500 ms"),
+        _ = stub.wait_for_in_flight(2) => {}
+    }
+    assert_eq!(
+        metric(&metrics, "entity_pool_slots", &[("state", "in_use")]),
+        2.0
+    );
+    let start = Instant::now();
+    let err = client.resolve(&ctx, &req, &controls).await.unwrap_err();
+    assert!(matches!(err, Error::ConcurrencyLimited), "{err}");
+    assert_eq!(
+        start.elapsed(),
+        Duration::ZERO,
+        "shed at once, never queued"
+    );
+    assert_eq!(
+        metric(&metrics, "entity_pool_slots", &[("state", "waiting")]),
+        0.0
+    );
+
+    let (a, b) = both.await;
+    assert!(a.is_ok() && b.is_ok());
+    assert_eq!(stub.requests(), 2);
+    assert_eq!(
+        metric(
+            &metrics,
+            "entity_shed_total",
+            &[("reason", "concurrency_limit")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        metric(&metrics, "entity_pool_slots", &[("state", "in_use")]),
+        0.0
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn resolve_forwards_ids_and_its_budget_on_every_attempt() {
+    let stub = Stub::start(Reply::status(503)).await;
+    let (client, _m) = client(&stub);
+    let _ = client
+        .resolve(&ctx(), &request(), &Controls::default())
+        .await;
+    let arrivals = stub.arrivals();
+    assert_eq!(arrivals.len(), 3);
+    for a in arrivals {
+        assert_eq!(a.request_id.as_deref(), Some("req-1"));
+        assert_eq!(a.observe_user_deadline.as_deref(), Some("1749631424882"));
+        assert!(a.budget_ms.is_some());
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn resolve_round_robins_attempts_over_replicas() {
+    let a = Stub::start(Reply::status(503)).await;
+    let b = Stub::start(Reply::status(503)).await;
+    let metrics = Metrics::new();
+    let client = Client::new(
+        ClientConfig {
+            base_urls: vec![a.url.clone(), b.url.clone()],
+            ..config(&a.url)
+        },
+        &metrics,
+    )
+    .unwrap();
+    let _ = client
+        .resolve(&ctx(), &request(), &Controls::default())
+        .await;
+    assert_eq!((a.requests(), b.requests()), (2, 1));
+}
+
+#[tokio::test]
+async fn client_new_refuses_an_invalid_budget() {
+    let metrics = Metrics::new();
+    let bad = Budget {
+        name: "entity.resolve".into(),
+        total: MS(700),
+        per_attempt: MS(1800),
+        guard_band: MS(80),
+        max_attempts: 3,
+    };
+    let err = Client::new(
+        ClientConfig {
+            budget: bad,
+            ..config("http://127.0.0.1:1")
+        },
+        &metrics,
+    )
+    .err()
+    .expect("refused");
+    let msg = format!("{err:#}");
+    assert!(msg.contains("entity.resolve"), "{msg}");
+    assert!(msg.contains("per_attempt"), "{msg}");
+    // And nothing was registered by a refused client.
+    assert!(!has_series(&metrics, "entity_requests_total"));
+}
+
+#[tokio::test]
+async fn client_new_refuses_a_bad_url_and_zero_concurrency() {
+    let metrics = Metrics::new();
+    assert!(Client::new(config("entity-service:8080"), &metrics).is_err());
+    assert!(Client::new(
+        ClientConfig {
+            max_concurrency: 0,
+            ..config("http://127.0.0.1:1")
+        },
+        &metrics
+    )
+    .is_err());
+}
+
+#[test]
+fn client_is_shareable_and_its_futures_are_send() {
+    // The orchestrator shares one client across axum handlers, whose futures must be Send.
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>(_: &T) {}
+    send_sync::<Client>();
+    let _type_check = |c: &Client, x: &CallContext, k: &Controls| {
+        let req = request();
+        let f = c.resolve(x, &req, k);
+        send(&f);
+    };
+}
