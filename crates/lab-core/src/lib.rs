@@ -13,6 +13,7 @@
 //!   fallbacks so no route answers plain text.
 //! - [`server`]: bind, serve, and shut down gracefully within a drain bound.
 
+pub mod call;
 pub mod config;
 pub mod health;
 pub mod http;

@@ -17,6 +17,9 @@ pub struct LabOptions {
     pub gateway_budget_ms: u64,
     pub auth_cache_ttl_ms: u64,
     pub max_body_bytes: usize,
+    /// Flag store namespace; a fresh random one per lab keeps tests apart from each other and
+    /// from a running native lab.
+    pub flags_namespace: String,
 }
 
 impl Default for LabOptions {
@@ -28,6 +31,7 @@ impl Default for LabOptions {
             gateway_budget_ms: 3000,
             auth_cache_ttl_ms: 10_000,
             max_body_bytes: 1 << 20,
+            flags_namespace: format!("lab-e2e-{:016x}", rand::random::<u64>()),
         }
     }
 }
@@ -100,6 +104,22 @@ impl Running {
     }
 }
 
+impl Drop for Lab {
+    fn drop(&mut self) {
+        // Best effort: leave nothing behind in Redis.
+        let store = self.flags.clone();
+        let _ = std::thread::spawn(move || {
+            if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                let _ = rt.block_on(store.reset());
+            }
+        })
+        .join();
+    }
+}
+
 impl Drop for Running {
     fn drop(&mut self) {
         self.kill();
@@ -107,6 +127,7 @@ impl Drop for Running {
 }
 
 pub struct Lab {
+    pub flags: lab_flags::Store,
     pub db: TestDb,
     pub gateway: Running,
     pub orchestrators: Vec<Running>,
@@ -116,6 +137,12 @@ pub struct Lab {
 impl Lab {
     /// Start the lab over `db` (already holding whatever fixtures the test needs).
     pub async fn start(db: TestDb, opts: LabOptions) -> Lab {
+        let redis_url = testkit::redis_url().await;
+        let flag_settings = lab_flags::FlagSettings {
+            redis_url: redis_url.clone(),
+            namespace: opts.flags_namespace.clone(),
+        };
+        let flags = lab_flags::Store::with_namespace(&redis_url, &opts.flags_namespace).unwrap();
         let mut entity_services = Vec::new();
         for _ in 0..opts.entity_services {
             let mut s = entity_service::Settings::defaults().unwrap();
@@ -142,6 +169,7 @@ impl Lab {
             let mut s = orchestrator::Settings::defaults().unwrap();
             s.http.port = 0;
             s.entity.urls = entity_urls.clone();
+            s.flags = flag_settings.clone();
             orchestrators.push(
                 Running::start("orchestrator", move || async move {
                     let app = orchestrator::Application::build(s).await?;
@@ -157,6 +185,7 @@ impl Lab {
         s.http.drain_seconds = opts.gateway_budget_ms / 1000 + 1;
         s.auth.cache_ttl_ms = opts.auth_cache_ttl_ms;
         s.limits.max_body_bytes = opts.max_body_bytes;
+        s.flags = flag_settings.clone();
         s.upstream.orchestrators = orchestrators
             .iter()
             .map(|r| r.url.clone())
@@ -171,10 +200,30 @@ impl Lab {
         })
         .await;
         Lab {
+            flags,
             db,
             gateway,
             orchestrators,
             entity_services,
+        }
+    }
+
+    /// Set a runtime flag and wait (bounded) until the gateway and every orchestrator apply it.
+    pub async fn set_flag(&self, flag: &str, variant: &str) {
+        self.flags.set(flag, variant).await.expect("set flag");
+        let filter = format!("flag=\"{flag}\",variant=\"{variant}\"");
+        let mut urls = vec![self.gateway.url.clone()];
+        urls.extend(self.orchestrators.iter().map(|o| o.url.clone()));
+        for url in urls {
+            let mut applied = false;
+            for _ in 0..400 {
+                if Lab::metric(&url, "lab_flag_variant", &filter).await == 1.0 {
+                    applied = true;
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(25)).await;
+            }
+            assert!(applied, "{url} did not apply {flag}={variant}");
         }
     }
 

@@ -13,6 +13,16 @@ pub struct Settings {
     pub budget: BudgetSettings,
     pub upstream: UpstreamSettings,
     pub limits: LimitSettings,
+    pub flags: lab_flags::FlagSettings,
+    pub legacy: LegacySettings,
+}
+
+/// How the gateway behaves when `client.mode = legacy` (the postmortem's gateway).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LegacySettings {
+    pub attempts: u32,
+    pub attempt_timeout_ms: u64,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -63,6 +73,23 @@ pub struct LimitSettings {
 }
 
 impl Settings {
+    /// This gateway's hop of the hop table (crates/entity-client/src/budget.rs) with its configured
+    /// request budget, checked against the orchestrator's hop below it: a gateway whose budget
+    /// the orchestrator could outlive refuses to start, naming both budgets.
+    pub fn hop_budget(&self) -> anyhow::Result<entity_client::Budget> {
+        let table = entity_client::hop_table();
+        let guard = table.gateway.guard_band;
+        let total = std::time::Duration::from_millis(self.budget.request_ms);
+        let gateway = entity_client::Budget {
+            total,
+            per_attempt: total.saturating_sub(guard),
+            ..table.gateway.clone()
+        };
+        entity_client::HopTable::new(gateway.clone(), table.orchestrator, table.entity)
+            .map_err(|e| anyhow::anyhow!("refusing to start: {e}"))?;
+        Ok(gateway)
+    }
+
     pub fn load() -> anyhow::Result<Self> {
         lab_core::config::load("edge-gateway", DEFAULTS)
     }
@@ -86,6 +113,10 @@ impl Settings {
             "http.drain_seconds ({} s) must exceed budget.request_ms ({} ms), or requests in flight at shutdown are cut off",
             self.http.drain_seconds,
             self.budget.request_ms
+        );
+        anyhow::ensure!(
+            self.legacy.attempts >= 1 && self.legacy.attempt_timeout_ms > 0,
+            "legacy.attempts and legacy.attempt_timeout_ms must be at least 1"
         );
         anyhow::ensure!(
             self.upstream.failure_threshold > 0 && self.upstream.success_threshold > 0,

@@ -19,7 +19,7 @@ use lab_core::http::ApiError;
 use prometheus::IntCounterVec;
 
 use crate::auth::KeyStore;
-use crate::configuration::{BudgetSettings, LimitSettings};
+use crate::configuration::{BudgetSettings, LegacySettings, LimitSettings};
 use crate::upstream::Upstreams;
 
 #[derive(Clone)]
@@ -29,6 +29,8 @@ pub struct AppState {
     pub http: reqwest::Client,
     pub budget: BudgetSettings,
     pub limits: LimitSettings,
+    pub legacy: LegacySettings,
+    pub flags: Arc<lab_flags::Flags>,
     pub attempts: IntCounterVec,
 }
 
@@ -176,7 +178,56 @@ fn validate(req: &ExtractRequest, limits: &LimitSettings) -> Result<(), ApiError
     Ok(())
 }
 
-/// Send to a ready orchestrator; on a refused connection eject it and use the next one.
+/// How this request is forwarded, decided once from the flags in force when it arrived.
+#[derive(Debug, Clone, Copy)]
+struct Policy {
+    attempts: u32,
+    /// Per-attempt timeout; `None`: the rest of the budget.
+    attempt_timeout: Option<Duration>,
+    /// Send `X-Request-Budget-Ms` (the fix's deadline propagation).
+    propagate_budget: bool,
+}
+
+fn policy(st: &AppState) -> Policy {
+    let flags = st.flags.snapshot();
+    if flags.variant("client.mode") == "legacy" {
+        // LAB-BUG(retry-amplification): "edge-gateway: 3 attempts against orchestrator". Each
+        // attempt gets a 1 s slice of the 3 s budget; an attempt that times out is dropped here
+        // (its connection closed), but the orchestrator's legacy client below it has detached its
+        // own 3-attempt loop, which carries on. 3 gateway attempts x 3 orphaned orchestrator
+        // attempts = 9 calls to entity-service per user request. The postmortem's gateway sent
+        // no budget downstream. `retries.gateway.enabled = off` is the 10:56 kill switch.
+        Policy {
+            attempts: if flags.enabled("retries.gateway.enabled") {
+                st.legacy.attempts
+            } else {
+                1
+            },
+            attempt_timeout: Some(Duration::from_millis(st.legacy.attempt_timeout_ms)),
+            propagate_budget: false,
+        }
+    } else {
+        // LAB-FIX(retry-amplification): retries live at exactly one layer, and it is not this
+        // one. One attempt with the whole remaining budget, announced downstream.
+        Policy {
+            attempts: 1,
+            attempt_timeout: None,
+            propagate_budget: true,
+        }
+    }
+}
+
+/// What one attempt came to.
+enum Attempt {
+    /// An answer to hand to the client as is (2xx, 4xx; or a 5xx when no attempt is left).
+    Answer(Response),
+    /// Worth another attempt under the legacy policy (timeout, transport error, any 5xx).
+    Failed(Response),
+}
+
+/// Send to a ready orchestrator, up to the policy's attempts. A refused connection ejects the
+/// replica and moves the same attempt to the next ready one (nothing was sent: failover, not a
+/// retry).
 async fn forward(
     st: &AppState,
     body: &[u8],
@@ -184,6 +235,28 @@ async fn forward(
     request_id: &str,
     user_deadline_ms: u128,
 ) -> Result<Response, ApiError> {
+    let policy = policy(st);
+    let mut last = None;
+    for attempt in 0..policy.attempts {
+        if attempt > 0 {
+            st.attempts.with_label_values(&["retry"]).inc();
+        }
+        match attempt_once(st, &policy, body, deadline, request_id, user_deadline_ms).await? {
+            Attempt::Answer(resp) => return Ok(resp),
+            Attempt::Failed(resp) => last = Some(resp),
+        }
+    }
+    Ok(last.expect("at least one attempt"))
+}
+
+async fn attempt_once(
+    st: &AppState,
+    policy: &Policy,
+    body: &[u8],
+    deadline: Instant,
+    request_id: &str,
+    user_deadline_ms: u128,
+) -> Result<Attempt, ApiError> {
     let mut tried = Vec::new();
     loop {
         let Some(i) = st.upstreams.pick(&tried) else {
@@ -196,55 +269,78 @@ async fn forward(
         tried.push(i);
         let url = &st.upstreams.endpoints()[i].url;
         let left = deadline.saturating_duration_since(Instant::now());
-        let sent = st
+        let timeout = policy.attempt_timeout.map_or(left, |t| t.min(left));
+        let mut rb = st
             .http
             .post(format!("{url}/internal/extract"))
+            .timeout(timeout)
             .header(header::CONTENT_TYPE, "application/json")
             .header(headers::REQUEST_ID, request_id)
-            .header(headers::REQUEST_BUDGET_MS, left.as_millis().to_string())
             .header(headers::OBSERVE_USER_DEADLINE, user_deadline_ms.to_string())
-            .body(body.to_vec())
-            .send()
-            .await;
-        match sent {
-            Ok(resp) => {
-                let status = resp.status();
+            .body(body.to_vec());
+        if policy.propagate_budget {
+            rb = rb.header(headers::REQUEST_BUDGET_MS, left.as_millis().to_string());
+        }
+        let sent = async {
+            let resp = rb.send().await?;
+            let status = resp.status();
+            let bytes = resp.bytes().await?;
+            Ok::<_, reqwest::Error>((status, bytes))
+        }
+        .await;
+        return Ok(match sent {
+            Ok((status, bytes)) => {
+                let server_error = status.is_server_error();
                 st.attempts
                     .with_label_values(&[if status.is_success() {
                         "ok"
+                    } else if server_error {
+                        "error_5xx"
                     } else {
-                        "error_status"
+                        "error_4xx"
                     }])
                     .inc();
-                let bytes = resp.bytes().await.map_err(|e| {
-                    ApiError::new(
-                        StatusCode::BAD_GATEWAY,
-                        "upstream_failed",
-                        format!("reading the orchestrator's answer: {e}"),
-                    )
-                })?;
                 let status =
                     StatusCode::from_u16(status.as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
-                return Ok(Response::builder()
+                let resp = Response::builder()
                     .status(status)
                     .header(header::CONTENT_TYPE, "application/json")
                     .body(Body::from(bytes))
-                    .expect("valid response"));
+                    .expect("valid response");
+                // LAB-BUG(retries-5xx) in legacy mode: any 5xx is worth another attempt.
+                if server_error {
+                    Attempt::Failed(resp)
+                } else {
+                    Attempt::Answer(resp)
+                }
             }
             Err(e) if e.is_connect() => {
                 st.attempts.with_label_values(&["connect_refused"]).inc();
                 st.upstreams.eject(i);
                 continue;
             }
+            Err(e) if e.is_timeout() => {
+                st.attempts.with_label_values(&["attempt_timeout"]).inc();
+                Attempt::Failed(
+                    ApiError::deadline_exceeded(format!(
+                        "the orchestrator did not answer within {} ms",
+                        timeout.as_millis()
+                    ))
+                    .into_response(),
+                )
+            }
             Err(e) => {
                 st.attempts.with_label_values(&["transport_error"]).inc();
-                return Err(ApiError::new(
-                    StatusCode::BAD_GATEWAY,
-                    "upstream_failed",
-                    format!("the orchestrator connection failed: {e}"),
-                ));
+                Attempt::Failed(
+                    ApiError::new(
+                        StatusCode::BAD_GATEWAY,
+                        "upstream_failed",
+                        format!("the orchestrator connection failed: {e}"),
+                    )
+                    .into_response(),
+                )
             }
-        }
+        });
     }
 }
 

@@ -51,6 +51,7 @@ impl Application {
             Duration::from_millis(settings.auth.cache_ttl_ms),
             &metrics,
         ));
+        let flags = settings.flags.watch(&metrics).await?;
         let upstreams = Upstreams::new(settings.upstream.clone(), &metrics)?;
         upstreams.probe_all().await;
         let prober = AbortOnDrop(upstreams.spawn_prober());
@@ -64,6 +65,8 @@ impl Application {
             http,
             budget: settings.budget.clone(),
             limits: settings.limits.clone(),
+            legacy: settings.legacy.clone(),
+            flags,
             attempts: metrics.counter_vec(
                 "gateway_upstream_attempts_total",
                 "Requests the gateway sent (or could not send) to an orchestrator, by outcome",

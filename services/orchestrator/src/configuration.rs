@@ -1,5 +1,8 @@
 //! orchestrator configuration (see `config/defaults.toml` for every value and its why).
 
+use std::time::Duration;
+
+use entity_client::{hop_table, Budget, HopTable};
 use lab_core::server::HttpSettings;
 use serde::Deserialize;
 
@@ -10,6 +13,11 @@ pub struct Settings {
     pub http: HttpSettings,
     pub entity: EntitySettings,
     pub cache: CacheSettings,
+    #[serde(default)]
+    pub budget: BudgetOverrides,
+    pub resilient: ResilientSettings,
+    pub legacy: LegacySettings,
+    pub flags: lab_flags::FlagSettings,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -17,7 +25,6 @@ pub struct Settings {
 pub struct EntitySettings {
     pub urls: String,
     pub batch_size: usize,
-    pub timeout_ms: u64,
 }
 
 impl EntitySettings {
@@ -36,6 +43,28 @@ pub struct CacheSettings {
     pub capacity: usize,
 }
 
+/// Overrides of the entity hop of the hop table (absent: the table's value).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetOverrides {
+    pub entity_total_ms: Option<u64>,
+    pub entity_per_attempt_ms: Option<u64>,
+    pub entity_guard_band_ms: Option<u64>,
+    pub entity_max_attempts: Option<u32>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResilientSettings {
+    pub max_concurrency: usize,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LegacySettings {
+    pub max_conns_per_host: usize,
+}
+
 impl Settings {
     pub fn load() -> anyhow::Result<Self> {
         lab_core::config::load("orchestrator", DEFAULTS)
@@ -44,6 +73,24 @@ impl Settings {
     /// Defaults only (tests build on this and override fields).
     pub fn defaults() -> anyhow::Result<Self> {
         lab_core::config::load_from("orchestrator", DEFAULTS, std::iter::empty())
+    }
+
+    /// The hop table with this process's overrides, validated: an inverted table is an error
+    /// naming both budgets, and the orchestrator refuses to start on it.
+    pub fn hop_table(&self) -> anyhow::Result<HopTable> {
+        let base = hop_table();
+        let e = &base.entity;
+        let o = &self.budget;
+        let ms = Duration::from_millis;
+        let entity = Budget {
+            name: e.name.clone(),
+            total: o.entity_total_ms.map_or(e.total, ms),
+            per_attempt: o.entity_per_attempt_ms.map_or(e.per_attempt, ms),
+            guard_band: o.entity_guard_band_ms.map_or(e.guard_band, ms),
+            max_attempts: o.entity_max_attempts.unwrap_or(e.max_attempts),
+        };
+        HopTable::new(base.gateway, base.orchestrator, entity)
+            .map_err(|e| anyhow::anyhow!("refusing to start: {e}"))
     }
 
     pub fn validate(&self) -> anyhow::Result<()> {
@@ -57,9 +104,14 @@ impl Settings {
         );
         anyhow::ensure!(self.cache.capacity > 0, "cache.capacity must be at least 1");
         anyhow::ensure!(
-            self.entity.timeout_ms > 0,
-            "entity.timeout_ms must be at least 1"
+            self.resilient.max_concurrency > 0,
+            "resilient.max_concurrency must be at least 1"
         );
+        anyhow::ensure!(
+            self.legacy.max_conns_per_host > 0,
+            "legacy.max_conns_per_host must be at least 1"
+        );
+        self.hop_table()?;
         Ok(())
     }
 }

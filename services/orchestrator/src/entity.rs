@@ -1,146 +1,138 @@
-//! The orchestrator's client for entity-service.
+//! The orchestrator's two entity-service clients, chosen per request by `client.mode`.
 //!
-//! This is the foundation's plain client: one attempt per batch, bounded by the earlier of the
-//! caller's propagated budget and `entity.timeout_ms`, cancelled with the caller (it is an
-//! ordinary future, dropped when the handler is dropped). The postmortem's two clients — the
-//! legacy one that reproduces "Code Before" and the fixed one from "Code After" — replace it
-//! behind the same `resolve` call with the client issue.
+//! Both live in the process at once, on the same metrics registry, so a flag flip changes the
+//! next request's behaviour without a restart:
+//! - `legacy` — `entity-client-legacy`, the postmortem's "Code Before": the 10 s package default,
+//!   a detached retry loop the caller's cancellation never reaches, 200/400/800 ms backoff,
+//!   retries on any 5xx, 64 connection slots per host.
+//! - `resilient` — `entity-client`, "Code After": the hop table's budget, cancellation, retry
+//!   budget, full jitter, breaker, concurrency limit; each control switchable for ablation.
+//!
+//! The postmortem's kill switch `retries.entity.enabled` applies in both modes.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
 
-use lab_api::headers;
+use entity_client::{ClientConfig, Controls};
 use lab_api::wire::{ResolveRequest, ResolveResponse};
-use lab_core::metrics::{Metrics, CALLEE_BUCKETS};
-use prometheus::{HistogramVec, IntCounterVec};
+use lab_core::call::CallContext;
+use lab_core::http::ApiError;
+use lab_core::metrics::Metrics;
+use lab_flags::{Flags, Snapshot};
 
-/// What the caller hands down with every call.
-#[derive(Debug, Clone, Default)]
-pub struct CallContext {
-    /// The caller's deadline, from its `X-Request-Budget-Ms`, if it sent one.
-    pub deadline: Option<Instant>,
-    pub request_id: Option<String>,
-    /// The observation-only end-user deadline, forwarded unchanged.
-    pub observe_user_deadline: Option<String>,
+use crate::configuration::Settings;
+
+pub struct EntityClients {
+    legacy: entity_client_legacy::Client,
+    resilient: entity_client::Client,
+    flags: Arc<Flags>,
 }
 
-/// Errors by what the caller must do about them.
-#[derive(Debug, thiserror::Error)]
-pub enum EntityError {
-    /// The time ran out (ours or the caller's): the answer would be worthless now.
-    #[error("entity-service did not answer within the time left ({0:?})")]
-    DeadlineExceeded(Duration),
-    /// entity-service could not be reached or the connection failed.
-    #[error("entity-service unreachable: {0}")]
-    Unavailable(String),
-    /// entity-service answered with an error status.
-    #[error("entity-service answered {status}: {body}")]
-    Upstream { status: u16, body: String },
+/// Which client a request uses, read once per request from the flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Legacy,
+    Resilient,
 }
 
-pub struct EntityClient {
-    http: reqwest::Client,
-    urls: Vec<String>,
-    next: AtomicUsize,
-    timeout: Duration,
-    requests: IntCounterVec,
-    duration: HistogramVec,
+pub fn mode(flags: &Snapshot) -> Mode {
+    match flags.variant("client.mode") {
+        "legacy" => Mode::Legacy,
+        _ => Mode::Resilient,
+    }
 }
 
-impl EntityClient {
-    pub fn new(urls: Vec<String>, timeout: Duration, metrics: &Metrics) -> anyhow::Result<Self> {
-        anyhow::ensure!(
-            !urls.is_empty(),
-            "at least one entity-service URL is required"
-        );
-        let http = reqwest::Client::builder()
-            // Connecting on loopback or a cluster network takes microseconds; a second means the
-            // address is wrong or the peer is gone.
-            .connect_timeout(Duration::from_secs(1))
-            .build()?;
+/// The fixed client's per-request switches, from the flags.
+pub fn controls(flags: &Snapshot) -> Controls {
+    Controls {
+        retries_enabled: flags.enabled("retries.entity.enabled"),
+        deadline_propagation: flags.enabled("resilience.deadline_propagation"),
+        retry_budget: flags.enabled("resilience.retry_budget"),
+        jitter: flags.enabled("resilience.jitter"),
+        breaker: flags.enabled("resilience.breaker"),
+        concurrency_limit: flags.enabled("resilience.concurrency_limit"),
+    }
+}
+
+impl EntityClients {
+    pub fn new(settings: &Settings, flags: Arc<Flags>, metrics: &Metrics) -> anyhow::Result<Self> {
+        let urls = settings.entity.url_list();
+        let table = settings.hop_table()?;
+        // LAB-BUG(timeout-inversion): built with the package defaults for everything but the
+        // lab-scale slot count; the 10 s DEFAULT_TIMEOUT comes along silently, exactly as
+        // `httpx.New()` with zero options did.
+        let legacy = entity_client_legacy::Client::with_options(
+            urls.clone(),
+            entity_client_legacy::client::Options {
+                max_conns_per_host: Some(settings.legacy.max_conns_per_host),
+                ..Default::default()
+            },
+            metrics,
+        )?;
+        // LAB-FIX(timeout-inversion): the budget is a required argument, taken from the
+        // validated hop table.
+        let resilient = entity_client::Client::new(
+            ClientConfig {
+                base_urls: urls,
+                budget: table.entity.clone(),
+                retry_budget: Default::default(),
+                breaker: Default::default(),
+                max_concurrency: settings.resilient.max_concurrency,
+            },
+            metrics,
+        )?;
         Ok(Self {
-            http,
-            urls,
-            next: AtomicUsize::new(0),
-            timeout,
-            requests: metrics.counter_vec(
-                "entity_requests_total",
-                "Requests (attempts) the orchestrator sent to entity-service, by outcome",
-                &["outcome"],
-            ),
-            duration: metrics.histogram_vec(
-                "entity_request_duration_seconds",
-                "Duration of each request to entity-service as the orchestrator saw it",
-                &["outcome"],
-                CALLEE_BUCKETS,
-            ),
+            legacy,
+            resilient,
+            flags,
         })
     }
 
+    pub fn flags(&self) -> &Arc<Flags> {
+        &self.flags
+    }
+
+    /// Resolve one batch with the client the flags choose for this request.
     pub async fn resolve(
         &self,
+        flags: &Snapshot,
         ctx: &CallContext,
         req: &ResolveRequest,
-    ) -> Result<ResolveResponse, EntityError> {
-        let now = Instant::now();
-        let left = ctx
-            .deadline
-            .map(|d| d.saturating_duration_since(now))
-            .unwrap_or(self.timeout)
-            .min(self.timeout);
-        if left.is_zero() {
-            self.requests.with_label_values(&["not_sent"]).inc();
-            return Err(EntityError::DeadlineExceeded(left));
+    ) -> Result<ResolveResponse, ApiError> {
+        match mode(flags) {
+            Mode::Legacy => self
+                .legacy
+                .resolve(ctx, req, flags.enabled("retries.entity.enabled"))
+                .await
+                .map_err(legacy_error),
+            Mode::Resilient => self
+                .resilient
+                .resolve(ctx, req, &controls(flags))
+                .await
+                .map_err(resilient_error),
         }
-        let url = &self.urls[self.next.fetch_add(1, Ordering::Relaxed) % self.urls.len()];
-        let mut rb = self
-            .http
-            .post(format!("{url}/v1/resolve"))
-            .timeout(left)
-            .header(headers::REQUEST_BUDGET_MS, left.as_millis().to_string())
-            .json(req);
-        if let Some(id) = &ctx.request_id {
-            rb = rb.header(headers::REQUEST_ID, id);
-        }
-        if let Some(d) = &ctx.observe_user_deadline {
-            rb = rb.header(headers::OBSERVE_USER_DEADLINE, d);
-        }
-        let started = Instant::now();
-        let result = async {
-            let resp = rb.send().await.map_err(|e| classify(e, left))?;
-            let status = resp.status();
-            if status.is_success() {
-                resp.json::<ResolveResponse>()
-                    .await
-                    .map_err(|e| classify(e, left))
-            } else {
-                let body = resp.text().await.unwrap_or_default();
-                Err(EntityError::Upstream {
-                    status: status.as_u16(),
-                    body: body.chars().take(512).collect(),
-                })
-            }
-        }
-        .await;
-        let outcome = match &result {
-            Ok(_) => "ok",
-            Err(EntityError::DeadlineExceeded(_)) => "timeout",
-            Err(EntityError::Unavailable(_)) => "unavailable",
-            Err(EntityError::Upstream { status, .. }) if *status >= 500 => "error_5xx",
-            Err(EntityError::Upstream { .. }) => "error_4xx",
-        };
-        self.requests.with_label_values(&[outcome]).inc();
-        self.duration
-            .with_label_values(&[outcome])
-            .observe(started.elapsed().as_secs_f64());
-        result
+    }
+
+    /// LAB-BUG(deep-readiness): the legacy readiness check — a resolve through the same client
+    /// and the same connection slots as production traffic.
+    pub async fn deep_ready(&self) -> Result<(), String> {
+        self.legacy.ready().await.map_err(|e| e.to_string())
     }
 }
 
-fn classify(e: reqwest::Error, left: Duration) -> EntityError {
-    if e.is_timeout() {
-        EntityError::DeadlineExceeded(left)
-    } else {
-        EntityError::Unavailable(e.to_string())
+fn legacy_error(e: entity_client_legacy::Error) -> ApiError {
+    tracing::error!(error = %e, "entity-service call failed");
+    ApiError::unavailable("entity_unavailable", e.to_string())
+}
+
+fn resilient_error(e: entity_client::Error) -> ApiError {
+    use entity_client::Error as E;
+    match &e {
+        E::DeadlineExceeded { .. } | E::NoBudget { .. } => {
+            ApiError::deadline_exceeded(e.to_string())
+        }
+        E::Decode { .. } => {
+            ApiError::new(axum::http::StatusCode::BAD_GATEWAY, e.code(), e.to_string())
+        }
+        _ => ApiError::unavailable(e.code(), e.to_string()),
     }
 }

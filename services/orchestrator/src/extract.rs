@@ -1,7 +1,7 @@
 //! `POST /internal/extract`: split, consult the cache, resolve the misses, assemble.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
@@ -12,15 +12,20 @@ use lab_api::wire::{
 };
 use lab_core::http::{ApiError, JsonBody};
 
+use lab_core::call::CallContext;
+use tokio::time::Instant;
+
 use crate::cache::{CacheKey, ResolutionCache};
-use crate::entity::{CallContext, EntityClient, EntityError};
+use crate::entity::{mode, EntityClients, Mode};
 use crate::plan::plan;
 
 #[derive(Clone)]
 pub struct AppState {
     pub cache: Arc<ResolutionCache>,
-    pub entity: Arc<EntityClient>,
+    pub entity: Arc<EntityClients>,
     pub batch_size: usize,
+    /// `orchestrator.dispatch` total from the hop table: what this hop promises its caller.
+    pub dispatch_total: Duration,
 }
 
 pub async fn extract(
@@ -34,10 +39,25 @@ pub async fn extract(
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned)
     };
+    let flags = st.entity.flags().snapshot();
+    let now = Instant::now();
+    let deadline = match mode(&flags) {
+        // LAB-BUG(timeout-inversion): the legacy path has no deadline of its own and reads none;
+        // only its client's 10 s package default bounds an attempt.
+        Mode::Legacy => None,
+        // LAB-FIX(timeout-inversion): the earlier of the caller's budget (when deadline
+        // propagation is on) and this hop's own total.
+        Mode::Resilient => {
+            let own = now + st.dispatch_total;
+            let caller = header(headers::REQUEST_BUDGET_MS)
+                .and_then(|v| v.parse::<u64>().ok())
+                .filter(|_| flags.enabled("resilience.deadline_propagation"))
+                .map(|ms| now + Duration::from_millis(ms));
+            Some(caller.map_or(own, |c| c.min(own)))
+        }
+    };
     let ctx = CallContext {
-        deadline: header(headers::REQUEST_BUDGET_MS)
-            .and_then(|v| v.parse::<u64>().ok())
-            .map(|ms| Instant::now() + Duration::from_millis(ms)),
+        deadline,
         request_id: header(headers::REQUEST_ID),
         observe_user_deadline: header(headers::OBSERVE_USER_DEADLINE),
     };
@@ -61,11 +81,11 @@ pub async fn extract(
             locale: req.locale.clone(),
             spans: chunk.iter().map(|&i| units[i].query.clone()).collect(),
         };
-        let (entity, ctx) = (&st.entity, &ctx);
-        async move { entity.resolve(ctx, &body).await.map(|r| (chunk, r)) }
+        let (entity, ctx, flags) = (&st.entity, &ctx, &flags);
+        async move { entity.resolve(flags, ctx, &body).await.map(|r| (chunk, r)) }
     });
     for result in futures::future::join_all(calls).await {
-        let (chunk, resp) = result.map_err(entity_error)?;
+        let (chunk, resp) = result?;
         if resp.results.len() != chunk.len() {
             return Err(ApiError::new(
                 StatusCode::BAD_GATEWAY,
@@ -113,21 +133,5 @@ fn key(req: &InternalExtractRequest, normalized: &str) -> CacheKey {
         tenant: req.tenant_id,
         locale: req.locale.clone(),
         normalized: normalized.to_string(),
-    }
-}
-
-fn entity_error(e: EntityError) -> ApiError {
-    match e {
-        EntityError::DeadlineExceeded(_) => {
-            ApiError::deadline_exceeded("entity-service did not answer within the request's budget")
-        }
-        EntityError::Unavailable(why) => ApiError::unavailable(
-            "entity_unavailable",
-            format!("entity-service unreachable: {why}"),
-        ),
-        EntityError::Upstream { status, .. } => ApiError::unavailable(
-            "entity_unavailable",
-            format!("entity-service answered {status}"),
-        ),
     }
 }

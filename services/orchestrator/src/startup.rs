@@ -2,7 +2,6 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::routing::post;
 use axum::Router;
@@ -12,7 +11,7 @@ use lab_core::server::Server;
 
 use crate::cache::ResolutionCache;
 use crate::configuration::Settings;
-use crate::entity::EntityClient;
+use crate::entity::{mode, EntityClients, Mode};
 use crate::extract::{self, AppState};
 
 /// The gateway limits public bodies to 1 MiB; the internal body adds a tenant id and nothing else.
@@ -28,11 +27,9 @@ impl Application {
         settings.validate()?;
         let metrics = Metrics::new();
         let cache = Arc::new(ResolutionCache::new(settings.cache.capacity, &metrics));
-        let entity = Arc::new(EntityClient::new(
-            settings.entity.url_list(),
-            Duration::from_millis(settings.entity.timeout_ms),
-            &metrics,
-        )?);
+        let table = settings.hop_table()?;
+        let flags = settings.flags.watch(&metrics).await?;
+        let entity = Arc::new(EntityClients::new(&settings, flags, &metrics)?);
         let http = HttpMetrics::new(
             &metrics,
             "orchestrator",
@@ -41,15 +38,18 @@ impl Application {
         );
         let state = AppState {
             cache: cache.clone(),
-            entity,
+            entity: entity.clone(),
             batch_size: settings.entity.batch_size,
+            dispatch_total: table.orchestrator.total,
         };
         let api = Router::new()
             .route("/internal/extract", post(extract::extract))
             .with_state(state)
             .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
             .layer(axum::middleware::from_fn_with_state(http, metrics::track));
-        let server = Server::bind(&settings.http, api, Health::new(), metrics).await?;
+        let health = Health::new();
+        health.set_check(readiness_check(entity.clone()));
+        let server = Server::bind(&settings.http, api, health, metrics).await?;
         Ok(Self { server, cache })
     }
 
@@ -68,4 +68,23 @@ impl Application {
     ) -> anyhow::Result<()> {
         self.server.run_until_stopped(shutdown).await
     }
+}
+
+/// `/readyz` beyond "started and not draining", by `readiness.depth`: `shallow` never asks
+/// entity-service; `deep` (and `follow-mode` in legacy mode) runs the legacy client's deep check,
+/// reproducing the postmortem's fleet-wide eviction.
+fn readiness_check(entity: Arc<EntityClients>) -> lab_core::health::ReadinessCheck {
+    Arc::new(move || {
+        let flags = entity.flags().snapshot();
+        let deep = match flags.variant("readiness.depth") {
+            "deep" => true,
+            "shallow" => false,
+            _ => mode(&flags) == Mode::Legacy,
+        };
+        if !deep {
+            return None;
+        }
+        let entity = entity.clone();
+        Some(Box::pin(async move { entity.deep_ready().await }))
+    })
 }

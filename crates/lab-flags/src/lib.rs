@@ -1,0 +1,282 @@
+//! Runtime flags, one mechanism for the native lab, compose and Kubernetes.
+//!
+//! - **Definitions** — name, description, variants, default — live in one flagd-compatible JSON
+//!   file, `deploy/flags/flags.json`, compiled in (and mounted as a ConfigMap in Kubernetes).
+//! - **Current values** live in Redis: the hash `lab:flags` maps a flag to its variant name.
+//!   `labctl flags set` writes the hash and publishes on `lab:flags:changed` (`lab` is the
+//!   namespace; tests use their own).
+//! - **Every replica watches**: it subscribes to the channel and reloads on every message, and
+//!   re-reads the hash every few seconds as well (a missed message, a reconnect). A flag takes
+//!   effect in-process, without a restart (postmortem: "A flag that requires a deploy is not a
+//!   kill switch").
+//! - **Evaluated per request** from an in-memory snapshot: a request never waits on Redis.
+//! - **Last-known values are kept** when Redis is unreachable (the defaults until the first
+//!   successful read), and every change is logged and exported as `lab_flag_variant`.
+//!
+//! # Layout
+//! - [`defs`]: parsing and validating the definitions.
+//! - [`store`]: reading and writing the Redis hash.
+//! - this file: [`Flags`], the watched snapshot.
+
+pub mod defs;
+pub mod store;
+
+/// `[flags]` in every service's configuration.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FlagSettings {
+    /// The flag store. Unreachable at startup: the defaults apply until it answers.
+    pub redis_url: String,
+    /// Key namespace in Redis (`<namespace>:flags`).
+    pub namespace: String,
+}
+
+impl FlagSettings {
+    /// Watch the store these settings name.
+    pub async fn watch(
+        &self,
+        metrics: &lab_core::metrics::Metrics,
+    ) -> anyhow::Result<std::sync::Arc<Flags>> {
+        let store = Store::with_namespace(&self.redis_url, &self.namespace)?;
+        Ok(Flags::watch(store, std::sync::Arc::new(Definitions::embedded()), metrics).await)
+    }
+}
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use futures::StreamExt;
+use prometheus::{IntCounterVec, IntGauge, IntGaugeVec, Opts};
+
+pub use defs::{Definitions, FlagDef};
+pub use store::{Store, DEFAULT_NAMESPACE};
+
+/// How often a replica re-reads the hash even without a message. 5 s: a lost pub/sub message or
+/// a Redis restart costs at most 5 s of staleness (the postmortem's kill switch took "under 5
+/// seconds, cluster-wide").
+pub const REFRESH_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Current variant of every defined flag.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Snapshot {
+    variants: BTreeMap<String, String>,
+    defs: Arc<Definitions>,
+}
+
+impl Snapshot {
+    /// The defaults of `defs`.
+    pub fn defaults(defs: Arc<Definitions>) -> Self {
+        let variants = defs
+            .flags
+            .iter()
+            .map(|(name, d)| (name.clone(), d.default_variant.clone()))
+            .collect();
+        Self { variants, defs }
+    }
+
+    /// The variant name of `flag` (the default if unknown to the store).
+    pub fn variant(&self, flag: &str) -> &str {
+        self.variants
+            .get(flag)
+            .map(String::as_str)
+            .unwrap_or_else(|| panic!("flag {flag:?} is not defined in deploy/flags/flags.json"))
+    }
+
+    /// The value of a boolean flag.
+    pub fn enabled(&self, flag: &str) -> bool {
+        let d = self.def(flag);
+        d.variants
+            .get(self.variant(flag))
+            .and_then(serde_json::Value::as_bool)
+            .unwrap_or_else(|| panic!("flag {flag:?} is not boolean"))
+    }
+
+    /// The value of a numeric flag.
+    pub fn number(&self, flag: &str) -> f64 {
+        let d = self.def(flag);
+        d.variants
+            .get(self.variant(flag))
+            .and_then(serde_json::Value::as_f64)
+            .unwrap_or_else(|| panic!("flag {flag:?} is not numeric"))
+    }
+
+    fn def(&self, flag: &str) -> &FlagDef {
+        self.defs
+            .flags
+            .get(flag)
+            .unwrap_or_else(|| panic!("flag {flag:?} is not defined in deploy/flags/flags.json"))
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.variants.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+
+    /// Apply values read from the store; unknown flags and unknown variants are ignored with a
+    /// warning (a newer labctl may know flags an older service does not).
+    fn with_store_values(&self, stored: &BTreeMap<String, String>) -> Self {
+        let mut next = Snapshot::defaults(self.defs.clone());
+        for (flag, variant) in stored {
+            match self.defs.flags.get(flag) {
+                Some(d) if d.variants.contains_key(variant) => {
+                    next.variants.insert(flag.clone(), variant.clone());
+                }
+                Some(_) => tracing::warn!(
+                    flag,
+                    variant,
+                    "unknown variant in the flag store; using the default"
+                ),
+                None => tracing::debug!(flag, "flag in the store is not defined here; ignored"),
+            }
+        }
+        next
+    }
+}
+
+/// The watched flags of one process.
+pub struct Flags {
+    current: RwLock<Arc<Snapshot>>,
+    defs: Arc<Definitions>,
+    variant_gauge: IntGaugeVec,
+    reloads: IntCounterVec,
+    reachable: IntGauge,
+}
+
+impl Flags {
+    /// Flags fixed at their defaults, never watched (tests, and a service run without Redis).
+    pub fn fixed(defs: Arc<Definitions>, metrics: &lab_core::metrics::Metrics) -> Arc<Self> {
+        let flags = Arc::new(Self::new(defs, metrics));
+        flags.export();
+        flags
+    }
+
+    fn new(defs: Arc<Definitions>, metrics: &lab_core::metrics::Metrics) -> Self {
+        Self {
+            current: RwLock::new(Arc::new(Snapshot::defaults(defs.clone()))),
+            defs,
+            variant_gauge: metrics.register(
+                IntGaugeVec::new(
+                    Opts::new(
+                        "lab_flag_variant",
+                        "1 for the variant of each runtime flag this process currently applies, 0 for the others",
+                    ),
+                    &["flag", "variant"],
+                )
+                .expect("valid metric"),
+            ),
+            reloads: metrics.counter_vec(
+                "lab_flags_reloads_total",
+                "Reads of the flag store, by result (ok, error)",
+                &["result"],
+            ),
+            reachable: metrics.gauge(
+                "lab_flags_store_reachable",
+                "1 while the last read of the flag store succeeded; 0 means last-known values are in force",
+            ),
+        }
+    }
+
+    /// Load once from `store` (defaults if unreachable), and watch it for
+    /// the life of the process.
+    pub async fn watch(
+        store: Store,
+        defs: Arc<Definitions>,
+        metrics: &lab_core::metrics::Metrics,
+    ) -> Arc<Self> {
+        let flags = Arc::new(Self::new(defs, metrics));
+        flags.reload(&store).await;
+        flags.export();
+        let weak = Arc::downgrade(&flags);
+        tokio::spawn(async move {
+            let mut backoff = Duration::from_millis(200);
+            loop {
+                let Some(f) = weak.upgrade() else { return };
+                match store.subscribe().await {
+                    Ok(mut messages) => {
+                        backoff = Duration::from_millis(200);
+                        // Re-read after (re)subscribing: changes made while we were away count.
+                        f.reload(&store).await;
+                        drop(f);
+                        let mut tick = tokio::time::interval(REFRESH_INTERVAL);
+                        tick.tick().await;
+                        loop {
+                            tokio::select! {
+                                msg = messages.next() => {
+                                    let Some(f) = weak.upgrade() else { return };
+                                    if msg.is_none() {
+                                        tracing::warn!("flag store subscription ended; resubscribing");
+                                        break;
+                                    }
+                                    f.reload(&store).await;
+                                }
+                                _ = tick.tick() => {
+                                    let Some(f) = weak.upgrade() else { return };
+                                    f.reload(&store).await;
+                                }
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        f.reachable.set(0);
+                        tracing::warn!(error = %e, "cannot subscribe to the flag store; keeping last-known values");
+                        drop(f);
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(REFRESH_INTERVAL);
+                    }
+                }
+            }
+        });
+        flags
+    }
+
+    /// The snapshot to evaluate one request against.
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.current.read().expect("flags lock").clone()
+    }
+
+    pub fn definitions(&self) -> &Definitions {
+        &self.defs
+    }
+
+    /// Read the store and apply what changed.
+    pub async fn reload(&self, store: &Store) {
+        match store.read_all().await {
+            Ok(stored) => {
+                self.reloads.with_label_values(&["ok"]).inc();
+                self.reachable.set(1);
+                let old = self.snapshot();
+                let next = old.with_store_values(&stored);
+                if next != *old {
+                    for (flag, variant) in next.iter() {
+                        if old.variant(flag) != variant {
+                            tracing::info!(
+                                flag,
+                                from = old.variant(flag),
+                                to = variant,
+                                "flag changed"
+                            );
+                        }
+                    }
+                    *self.current.write().expect("flags lock") = Arc::new(next);
+                    self.export();
+                }
+            }
+            Err(e) => {
+                self.reloads.with_label_values(&["error"]).inc();
+                self.reachable.set(0);
+                tracing::warn!(error = %e, "cannot read the flag store; keeping last-known values");
+            }
+        }
+    }
+
+    fn export(&self) {
+        let snap = self.snapshot();
+        for (flag, def) in &self.defs.flags {
+            for variant in def.variants.keys() {
+                self.variant_gauge
+                    .with_label_values(&[flag.as_str(), variant.as_str()])
+                    .set(i64::from(snap.variant(flag) == variant));
+            }
+        }
+    }
+}

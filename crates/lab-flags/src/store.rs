@@ -1,0 +1,112 @@
+//! The flag store: a Redis hash plus a pub/sub channel.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use anyhow::Context;
+use futures::Stream;
+
+/// The namespace every lab process uses unless told otherwise; tests use their own.
+pub const DEFAULT_NAMESPACE: &str = "lab";
+// Keys: `<namespace>:flags` (hash: field = flag name, value = variant name) and
+// `<namespace>:flags:changed` (channel: published after every change; payload = the flag name).
+/// A read of the store may take this long before it counts as a failure: the store is on
+/// loopback or the cluster network, and a slow Redis must never stall a reload loop.
+const OP_TIMEOUT: Duration = Duration::from_millis(500);
+
+#[derive(Clone)]
+pub struct Store {
+    client: redis::Client,
+    hash_key: String,
+    channel: String,
+}
+
+impl Store {
+    /// The lab's store at `redis_url`.
+    pub fn new(redis_url: &str) -> anyhow::Result<Self> {
+        Self::with_namespace(redis_url, DEFAULT_NAMESPACE)
+    }
+
+    /// A store under `<namespace>:flags` (tests isolate themselves from a running lab with this).
+    pub fn with_namespace(redis_url: &str, namespace: &str) -> anyhow::Result<Self> {
+        Ok(Self {
+            client: redis::Client::open(redis_url)
+                .with_context(|| format!("invalid Redis URL {redis_url:?}"))?,
+            hash_key: format!("{namespace}:flags"),
+            channel: format!("{namespace}:flags:changed"),
+        })
+    }
+
+    async fn conn(&self) -> anyhow::Result<redis::aio::MultiplexedConnection> {
+        tokio::time::timeout(OP_TIMEOUT, self.client.get_multiplexed_async_connection())
+            .await
+            .context("connecting to the flag store timed out")?
+            .context("connecting to the flag store")
+    }
+
+    pub async fn read_all(&self) -> anyhow::Result<BTreeMap<String, String>> {
+        let mut c = self.conn().await?;
+        let values: BTreeMap<String, String> = tokio::time::timeout(
+            OP_TIMEOUT,
+            redis::cmd("HGETALL")
+                .arg(&self.hash_key)
+                .query_async(&mut c),
+        )
+        .await
+        .context("reading the flag store timed out")??;
+        Ok(values)
+    }
+
+    /// Set one flag and tell every watcher. The caller validates against the definitions.
+    pub async fn set(&self, flag: &str, variant: &str) -> anyhow::Result<()> {
+        let mut c = self.conn().await?;
+        let _: () = redis::pipe()
+            .atomic()
+            .cmd("HSET")
+            .arg(&self.hash_key)
+            .arg(flag)
+            .arg(variant)
+            .ignore()
+            .cmd("PUBLISH")
+            .arg(&self.channel)
+            .arg(flag)
+            .ignore()
+            .query_async(&mut c)
+            .await
+            .context("writing the flag store")?;
+        Ok(())
+    }
+
+    /// Remove every stored value (all flags back to their defaults) and tell every watcher.
+    pub async fn reset(&self) -> anyhow::Result<()> {
+        let mut c = self.conn().await?;
+        let _: () = redis::pipe()
+            .atomic()
+            .cmd("DEL")
+            .arg(&self.hash_key)
+            .ignore()
+            .cmd("PUBLISH")
+            .arg(&self.channel)
+            .arg("*")
+            .ignore()
+            .query_async(&mut c)
+            .await
+            .context("resetting the flag store")?;
+        Ok(())
+    }
+
+    /// A stream with one item per change notification.
+    pub async fn subscribe(&self) -> anyhow::Result<impl Stream<Item = ()> + Unpin> {
+        let mut pubsub = tokio::time::timeout(OP_TIMEOUT, self.client.get_async_pubsub())
+            .await
+            .context("subscribing to the flag store timed out")??;
+        pubsub
+            .subscribe(&self.channel)
+            .await
+            .context("subscribing to flag changes")?;
+        Ok(Box::pin(futures::StreamExt::map(
+            pubsub.into_on_message(),
+            |_| (),
+        )))
+    }
+}
