@@ -20,6 +20,9 @@ pub struct LabOptions {
     /// Flag store namespace; a fresh random one per lab keeps tests apart from each other and
     /// from a running native lab.
     pub flags_namespace: String,
+    /// The orchestrators' cache capacity (`Some(1)`: effectively off, every extraction needs
+    /// entity-service); `None` keeps the default.
+    pub cache_capacity: Option<usize>,
 }
 
 impl Default for LabOptions {
@@ -32,6 +35,7 @@ impl Default for LabOptions {
             auth_cache_ttl_ms: 10_000,
             max_body_bytes: 1 << 20,
             flags_namespace: format!("lab-e2e-{:016x}", rand::random::<u64>()),
+            cache_capacity: None,
         }
     }
 }
@@ -149,6 +153,7 @@ impl Lab {
             s.http.port = 0;
             s.database.url = db.url.clone();
             s.database.pool_size = 4;
+            s.flags = flag_settings.clone();
             entity_services.push(
                 Running::start("entity-service", move || async move {
                     let app = entity_service::Application::build(s).await?;
@@ -170,6 +175,9 @@ impl Lab {
             s.http.port = 0;
             s.entity.urls = entity_urls.clone();
             s.flags = flag_settings.clone();
+            if let Some(c) = opts.cache_capacity {
+                s.cache.capacity = c;
+            }
             orchestrators.push(
                 Running::start("orchestrator", move || async move {
                     let app = orchestrator::Application::build(s).await?;
@@ -208,12 +216,13 @@ impl Lab {
         }
     }
 
-    /// Set a runtime flag and wait (bounded) until the gateway and every orchestrator apply it.
+    /// Set a runtime flag and wait (bounded) until every service applies it.
     pub async fn set_flag(&self, flag: &str, variant: &str) {
         self.flags.set(flag, variant).await.expect("set flag");
         let filter = format!("flag=\"{flag}\",variant=\"{variant}\"");
         let mut urls = vec![self.gateway.url.clone()];
         urls.extend(self.orchestrators.iter().map(|o| o.url.clone()));
+        urls.extend(self.entity_services.iter().map(|e| e.url.clone()));
         for url in urls {
             let mut applied = false;
             for _ in 0..400 {

@@ -256,7 +256,10 @@ async fn extract_with_entity_service_down_answers_5xx_not_a_hang() {
         .await;
     assert_eq!(resp.status(), 503);
     let body: Value = resp.json().await.unwrap();
-    assert_eq!(body["error"]["code"], "transport_error", "the fixed client's code for a refused connection");
+    assert_eq!(
+        body["error"]["code"], "transport_error",
+        "the fixed client's code for a refused connection"
+    );
 }
 
 #[tokio::test]

@@ -122,6 +122,24 @@ impl Settings {
             self.upstream.failure_threshold > 0 && self.upstream.success_threshold > 0,
             "upstream thresholds must be at least 1"
         );
+        self.hop_budget()?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_budget_the_orchestrator_could_outlive_is_refused() {
+        let mut s = Settings::defaults().unwrap();
+        s.validate().unwrap();
+        s.budget.request_ms = 2000;
+        let err = format!("{:#}", s.validate().unwrap_err());
+        assert!(
+            err.contains("gateway.request") && err.contains("orchestrator.dispatch"),
+            "{err}"
+        );
     }
 }

@@ -10,6 +10,7 @@ pub struct Settings {
     pub http: HttpSettings,
     pub database: DatabaseSettings,
     pub resolve: ResolveSettings,
+    pub flags: lab_flags::FlagSettings,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -10,8 +10,10 @@
 //! - [`resolve`]: `POST /v1/resolve` — exact match, then the locale-aware candidate lookup.
 //! - [`score`]: how a candidate is scored against a span.
 //! - [`telemetry`]: this service's metrics, including abandoned work.
+//! - [`fault`]: game-day fault injection from runtime flags (counted, never the real trigger).
 
 pub mod configuration;
+pub mod fault;
 pub mod resolve;
 pub mod score;
 pub mod startup;

@@ -28,6 +28,7 @@ const MAX_SPAN_CHARS: usize = 256;
 
 #[derive(Clone)]
 pub struct AppState {
+    pub flags: std::sync::Arc<lab_flags::Flags>,
     pub pool: Pool,
     pub metrics: ServiceMetrics,
     pub settings: ResolveSettings,
@@ -43,6 +44,7 @@ pub async fn resolve(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     let _work = WorkGuard::new(st.metrics.clone(), user_deadline);
+    crate::fault::inject(&st.flags.snapshot(), &st.metrics.faults).await?;
     validate(&req, &st.settings)?;
     if req.spans.is_empty() {
         return Ok(Json(ResolveResponse { results: vec![] }));

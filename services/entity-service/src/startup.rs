@@ -34,7 +34,9 @@ impl Application {
             lab_db::hot_path_pool(&settings.database.url, settings.database.pool_size, wait)?;
         let metrics = Metrics::new();
         let svc = ServiceMetrics::new(&metrics, pool.clone());
+        let flags = settings.flags.watch(&metrics).await?;
         let state = AppState {
+            flags,
             pool,
             metrics: svc.clone(),
             settings: settings.resolve.clone(),

@@ -24,6 +24,8 @@ pub struct ServiceMetrics {
     pub abandoned_seconds: Counter,
     /// Requests that finished after the end user's deadline.
     pub abandoned_requests: IntCounter,
+    /// Game-day faults injected, by kind (latency, error_503, error_500, black_hole).
+    pub faults: prometheus::IntCounterVec,
 }
 
 impl ServiceMetrics {
@@ -62,6 +64,11 @@ impl ServiceMetrics {
                 "entity_service_spans_total",
                 "Spans resolved, by how they matched (exact, candidate, none)",
                 &["method"],
+            ),
+            faults: metrics.counter_vec(
+                "entity_service_faults_injected_total",
+                "Game-day faults injected from the fault.entity.* flags, by kind",
+                &["kind"],
             ),
             busy_seconds,
             abandoned_seconds,

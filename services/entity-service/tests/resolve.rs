@@ -10,6 +10,9 @@ async fn spawn(db: &TestDb) -> String {
     s.http.port = 0;
     s.database.url = db.url.clone();
     s.database.pool_size = 4;
+    // Its own flag namespace: a game day running on this machine must not inject faults here.
+    s.flags.namespace = format!("lab-test-{}", std::process::id());
+    s.flags.redis_url = testkit::redis_url().await;
     let app = Application::build(s).await.unwrap();
     let port = app.port();
     tokio::spawn(app.run_until_stopped(std::future::pending()));

@@ -6,9 +6,11 @@
 //! labctl up | down | status      the native lab (service binaries as supervised processes)
 //! labctl extract [--count N]     a few real extractions through the gateway, printed
 //! labctl load --rate R ...       open-loop load with latency from intended send times
+//! labctl flags list|get|set|reset|measure   runtime flags, and how fast a flip takes effect
 //! ```
 
 mod extract;
+mod flags;
 mod lab;
 mod load;
 mod seed;
@@ -37,6 +39,14 @@ struct Cli {
     /// Where labctl keeps run state and logs (`run/`, `logs/`).
     #[arg(long, global = true, env = "LAB_STATE_DIR", default_value = ".lab")]
     state_dir: PathBuf,
+    /// The runtime flag store.
+    #[arg(
+        long,
+        global = true,
+        env = "LAB_REDIS_URL",
+        default_value = "redis://127.0.0.1:6379"
+    )]
+    redis_url: String,
     /// Where seed writes (and load reads) api-keys.json and corpus.jsonl.
     #[arg(long, global = true, env = "LAB_DATA_DIR", default_value = ".lab/data")]
     data_dir: PathBuf,
@@ -68,6 +78,11 @@ enum Command {
         gateway: String,
         #[arg(long, default_value_t = 3)]
         count: usize,
+    },
+    /// Runtime flags: list, get, set, reset, and measure propagation to every replica.
+    Flags {
+        #[command(subcommand)]
+        command: flags::FlagsCommand,
     },
     /// Open-loop load against the gateway (loopback only, bounded, stops by itself).
     Load(load::LoadArgs),
@@ -162,6 +177,7 @@ async fn main() -> anyhow::Result<()> {
                 println!("  series written to {}", path.display());
             }
         }
+        Command::Flags { command } => flags::run(command, &cli.redis_url, &cli.state_dir).await?,
         Command::Supervise { plan } => supervise::supervise(&plan).await?,
     }
     Ok(())

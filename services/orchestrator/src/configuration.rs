@@ -115,3 +115,40 @@ impl Settings {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_env(pairs: &[(&str, &str)]) -> anyhow::Result<Settings> {
+        let env = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string()));
+        lab_core::config::load_from("orchestrator", DEFAULTS, env)
+    }
+
+    #[test]
+    fn defaults_hold_the_hop_table_invariant() {
+        let s = Settings::defaults().unwrap();
+        s.validate().unwrap();
+        let t = s.hop_table().unwrap();
+        assert_eq!(t.entity.total, Duration::from_millis(1800));
+        assert_eq!(t.entity.per_attempt, Duration::from_millis(700));
+    }
+
+    #[test]
+    fn the_postmortems_one_line_bump_is_refused_at_startup_naming_both_budgets() {
+        // `var DefaultTimeout = 10 * time.Second`, as configuration.
+        let s = with_env(&[("LAB_BUDGET__ENTITY_TOTAL_MS", "10000")]).unwrap();
+        let err = format!("{:#}", s.validate().unwrap_err());
+        assert!(err.contains("refusing to start"), "{err}");
+        assert!(
+            err.contains("entity.resolve") && err.contains("orchestrator.dispatch"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_per_attempt_longer_than_the_total_is_refused() {
+        let s = with_env(&[("LAB_BUDGET__ENTITY_PER_ATTEMPT_MS", "1900")]).unwrap();
+        assert!(s.validate().is_err());
+    }
+}
