@@ -18,7 +18,10 @@ use lab_core::metrics::Metrics;
 const CALLS_PER_ROUND: usize = 1_000;
 
 fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 struct Stats {
@@ -42,11 +45,15 @@ fn stats(mut samples: Vec<Duration>) -> Stats {
 
 fn main() {
     let rounds = env_usize("BENCH_ROUNDS", 20);
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
     rt.block_on(async {
         let stub = Stub::start(Reply::ok()).await;
         let metrics = Metrics::new();
-        let legacy = entity_client_legacy::Client::new(vec![stub.url.clone()], &metrics).expect("legacy client");
+        let legacy = entity_client_legacy::Client::new(vec![stub.url.clone()], &metrics)
+            .expect("legacy client");
         let fixed = entity_client::Client::new(
             ClientConfig {
                 base_urls: vec![stub.url.clone()],
@@ -62,8 +69,14 @@ fn main() {
 
         // Warm both connection pools and code paths.
         for _ in 0..200 {
-            legacy.resolve(&ctx, &req, true).await.expect("legacy warm-up");
-            fixed.resolve(&ctx, &req, &controls).await.expect("fixed warm-up");
+            legacy
+                .resolve(&ctx, &req, true)
+                .await
+                .expect("legacy warm-up");
+            fixed
+                .resolve(&ctx, &req, &controls)
+                .await
+                .expect("fixed warm-up");
         }
         let (mut l, mut f) = (Vec::new(), Vec::new());
         for round in 0..rounds {
@@ -75,7 +88,10 @@ fn main() {
                         legacy.resolve(&ctx, &req, true).await.expect("legacy call");
                         l.push(t.elapsed());
                     } else {
-                        fixed.resolve(&ctx, &req, &controls).await.expect("fixed call");
+                        fixed
+                            .resolve(&ctx, &req, &controls)
+                            .await
+                            .expect("fixed call");
                         f.push(t.elapsed());
                     }
                 }
@@ -83,9 +99,18 @@ fn main() {
         }
         let (l, f) = (stats(l), stats(f));
         let ratio = f.mean_us / l.mean_us;
-        println!("healthy path, {} calls each, same run, loopback stub answering at once:", l.calls);
-        println!("  legacy  mean {:7.1} us  p50 {:7.1} us  p99 {:7.1} us", l.mean_us, l.p50_us, l.p99_us);
-        println!("  fixed   mean {:7.1} us  p50 {:7.1} us  p99 {:7.1} us", f.mean_us, f.p50_us, f.p99_us);
+        println!(
+            "healthy path, {} calls each, same run, loopback stub answering at once:",
+            l.calls
+        );
+        println!(
+            "  legacy  mean {:7.1} us  p50 {:7.1} us  p99 {:7.1} us",
+            l.mean_us, l.p50_us, l.p99_us
+        );
+        println!(
+            "  fixed   mean {:7.1} us  p50 {:7.1} us  p99 {:7.1} us",
+            f.mean_us, f.p50_us, f.p99_us
+        );
         println!("  fixed / legacy mean latency: {ratio:.3}");
         if let Ok(path) = std::env::var("BENCH_OUT") {
             let json = serde_json::json!({
@@ -94,7 +119,8 @@ fn main() {
                 "fixed": {"mean_us": f.mean_us, "p50_us": f.p50_us, "p99_us": f.p99_us},
                 "ratio_fixed_over_legacy_mean": ratio,
             });
-            std::fs::write(&path, serde_json::to_vec_pretty(&json).expect("json")).expect("write BENCH_OUT");
+            std::fs::write(&path, serde_json::to_vec_pretty(&json).expect("json"))
+                .expect("write BENCH_OUT");
             println!("  written to {path}");
         }
     });

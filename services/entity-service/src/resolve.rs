@@ -6,7 +6,7 @@
 //! candidate lookup is the statement the incident's trigger degrades.
 
 use std::collections::{BTreeMap, HashMap};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
@@ -26,8 +26,35 @@ pub const KINDS: &[&str] = &["organization", "person", "location", "product"];
 /// Longest normalized span accepted: far above any name, far below anything that hurts.
 const MAX_SPAN_CHARS: usize = 256;
 
+/// A running estimate of this replica's own handler time (EWMA, microseconds), used to refuse
+/// work whose caller's budget cannot cover it.
+#[derive(Default)]
+pub struct CostEstimate(std::sync::atomic::AtomicU64);
+
+impl CostEstimate {
+    /// Weight of the newest sample: 0.1 follows a change within ~20 requests (the stale-stats
+    /// plan flip makes every request slower at once) without jumping on one outlier.
+    const ALPHA: f64 = 0.1;
+
+    pub fn get(&self) -> Duration {
+        Duration::from_micros(self.0.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    pub fn observe(&self, took: Duration) {
+        let old = self.0.load(std::sync::atomic::Ordering::Relaxed) as f64;
+        let new = if old == 0.0 {
+            took.as_micros() as f64
+        } else {
+            old + Self::ALPHA * (took.as_micros() as f64 - old)
+        };
+        self.0
+            .store(new as u64, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 #[derive(Clone)]
 pub struct AppState {
+    pub cost: std::sync::Arc<CostEstimate>,
     pub flags: std::sync::Arc<lab_flags::Flags>,
     pub pool: Pool,
     pub metrics: ServiceMetrics,
@@ -50,10 +77,77 @@ pub async fn resolve(
         return Ok(Json(ResolveResponse { results: vec![] }));
     }
 
-    let acquire = Instant::now();
-    let client = st.pool.get().await.map_err(pool_error)?;
-    observe(&st.metrics, "acquire", acquire);
+    // LAB-FIX(orphaned-work), the server's half of the contract: the fixed client says how long
+    // it will wait (X-Request-Budget-Ms). Work that cannot finish in time is refused at once, and
+    // every query is bounded by statement_timeout, because dropping a query future does not stop
+    // PostgreSQL. Requests without the header (the legacy client) get neither: their queries run
+    // to completion whoever is still waiting, as in the incident.
+    let started_handler = Instant::now();
+    let budget = headers
+        .get(headers::REQUEST_BUDGET_MS)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        .map(Duration::from_millis);
+    if let Some(budget) = budget {
+        let expected = st.cost.get();
+        if budget < expected {
+            st.metrics.shed.with_label_values(&["budget"]).inc();
+            return Err(ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "budget_exhausted",
+                format!(
+                    "the caller's budget ({} ms) cannot cover this work (recent cost {} ms); not started",
+                    budget.as_millis(),
+                    expected.as_millis()
+                ),
+            ));
+        }
+    }
+    let deadline = budget.map(|b| started_handler + b);
 
+    let acquire = Instant::now();
+    let mut client = st.pool.get().await.map_err(pool_error)?;
+    observe(&st.metrics, "acquire", acquire);
+    let results = match deadline {
+        None => lookup(&client, &st, &req).await?,
+        Some(deadline) => {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                st.metrics.shed.with_label_values(&["budget"]).inc();
+                return Err(budget_gone());
+            }
+            let tx = client.transaction().await.map_err(db_error)?;
+            // An integer in milliseconds, formatted by us: nothing user-controlled reaches SQL.
+            tx.batch_execute(&format!(
+                "SET LOCAL statement_timeout = {}",
+                left.as_millis().max(1)
+            ))
+            .await
+            .map_err(db_error)?;
+            let results = lookup(&tx, &st, &req).await?;
+            tx.commit().await.map_err(db_error)?;
+            results
+        }
+    };
+    st.cost.observe(started_handler.elapsed());
+
+    for r in &results {
+        let method = match r.as_ref().map(|r| r.method) {
+            Some(MatchMethod::Exact) => "exact",
+            Some(MatchMethod::Candidate) => "candidate",
+            None => "none",
+        };
+        st.metrics.spans.with_label_values(&[method]).inc();
+    }
+    Ok(Json(ResolveResponse { results }))
+}
+
+/// The two lookups, on a plain pooled connection or inside the budgeted transaction.
+async fn lookup<C: deadpool_postgres::GenericClient>(
+    client: &C,
+    st: &AppState,
+    req: &ResolveRequest,
+) -> Result<Vec<Option<Resolution>>, ApiError> {
     // Exact matches for the whole batch in one round trip.
     let started = Instant::now();
     let exact_stmt = client
@@ -137,16 +231,7 @@ pub async fn resolve(
             }
         }
     }
-
-    for r in &results {
-        let method = match r.as_ref().map(|r| r.method) {
-            Some(MatchMethod::Exact) => "exact",
-            Some(MatchMethod::Candidate) => "candidate",
-            None => "none",
-        };
-        st.metrics.spans.with_label_values(&[method]).inc();
-    }
-    Ok(Json(ResolveResponse { results }))
+    Ok(results)
 }
 
 fn validate(req: &ResolveRequest, settings: &ResolveSettings) -> Result<(), ApiError> {
@@ -182,6 +267,14 @@ fn observe(m: &ServiceMetrics, query: &str, since: Instant) {
     m.query_duration
         .with_label_values(&[query])
         .observe(since.elapsed().as_secs_f64());
+}
+
+fn budget_gone() -> ApiError {
+    ApiError::new(
+        StatusCode::REQUEST_TIMEOUT,
+        "budget_exhausted",
+        "the caller's budget ran out before the work could start",
+    )
 }
 
 fn pool_error(e: PoolError) -> ApiError {

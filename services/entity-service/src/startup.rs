@@ -36,6 +36,7 @@ impl Application {
         let svc = ServiceMetrics::new(&metrics, pool.clone());
         let flags = settings.flags.watch(&metrics).await?;
         let state = AppState {
+            cost: Default::default(),
             flags,
             pool,
             metrics: svc.clone(),

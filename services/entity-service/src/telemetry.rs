@@ -24,6 +24,9 @@ pub struct ServiceMetrics {
     pub abandoned_seconds: Counter,
     /// Requests that finished after the end user's deadline.
     pub abandoned_requests: IntCounter,
+    /// Requests refused before any work, by reason (budget: the caller's X-Request-Budget-Ms
+    /// could not cover the work).
+    pub shed: prometheus::IntCounterVec,
     /// Game-day faults injected, by kind (latency, error_503, error_500, black_hole).
     pub faults: prometheus::IntCounterVec,
 }
@@ -64,6 +67,11 @@ impl ServiceMetrics {
                 "entity_service_spans_total",
                 "Spans resolved, by how they matched (exact, candidate, none)",
                 &["method"],
+            ),
+            shed: metrics.counter_vec(
+                "entity_service_shed_total",
+                "Requests refused before any work, by reason",
+                &["reason"],
             ),
             faults: metrics.counter_vec(
                 "entity_service_faults_injected_total",

@@ -146,3 +146,120 @@ async fn resolve_rejects_bad_input_with_json_errors() {
     );
     assert!(metrics.contains("entity_db_pool_max 4"));
 }
+
+/// Queries from this database that are still running in PostgreSQL.
+async fn running_lookups(db_url: &str) -> i64 {
+    use sqlx::Connection;
+    let mut c = sqlx::PgConnection::connect(db_url).await.unwrap();
+    sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity
+         WHERE datname = current_database() AND state = 'active' AND query LIKE '%FROM entities%'
+           AND pid <> pg_backend_pid()",
+    )
+    .fetch_one(&mut c)
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_budgeted_request_stops_its_query_in_postgres_and_an_unbudgeted_one_does_not() {
+    use sqlx::{Connection, Executor};
+    let db = TestDb::new().await;
+    seed(&db).await;
+    let base = spawn(&db).await;
+    // Hold the table so every lookup blocks inside PostgreSQL — a slow query, for real.
+    let mut locker = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    locker.execute("BEGIN").await.unwrap();
+    locker
+        .execute("LOCK TABLE entities IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    let req = ResolveRequest {
+        doc_id: "d".into(),
+        tenant: 1,
+        locale: None,
+        spans: vec![span("vega labs", "organization")],
+    };
+
+    // The fixed client's request: 300 ms of budget. statement_timeout ends the query there.
+    let resp = reqwest::Client::new()
+        .post(format!("{base}/v1/resolve"))
+        .header("x-request-budget-ms", "300")
+        // Without statement_timeout this would wait for the lock: fail, don't hang.
+        .timeout(std::time::Duration::from_secs(10))
+        .json(&req)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 504);
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "deadline_exceeded");
+    assert_eq!(
+        running_lookups(&db.url).await,
+        0,
+        "nothing left running in PostgreSQL"
+    );
+
+    // The legacy client's request: no budget; its caller gives up after 300 ms, but dropping
+    // the query future does not stop PostgreSQL — the lookup is still there, waiting.
+    let gave_up = reqwest::Client::new()
+        .post(format!("{base}/v1/resolve"))
+        .timeout(std::time::Duration::from_millis(300))
+        .json(&req)
+        .send()
+        .await;
+    assert!(gave_up.is_err(), "the caller timed out");
+    let mut orphaned = 0;
+    for _ in 0..40 {
+        orphaned = running_lookups(&db.url).await;
+        if orphaned > 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    assert_eq!(
+        orphaned, 1,
+        "the abandoned lookup is still running in PostgreSQL"
+    );
+    locker.execute("ROLLBACK").await.unwrap();
+}
+
+#[tokio::test]
+async fn a_budget_that_cannot_cover_the_work_is_refused_before_any_work() {
+    let db = TestDb::new().await;
+    seed(&db).await;
+    let base = spawn(&db).await;
+    let resp = reqwest::Client::new()
+        .post(format!("{base}/v1/resolve"))
+        .header("x-request-budget-ms", "0")
+        .json(&ResolveRequest {
+            doc_id: "d".into(),
+            tenant: 1,
+            locale: None,
+            spans: vec![span("vega labs", "organization")],
+        })
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        resp.status(),
+        408,
+        "a status the fixed client does not retry"
+    );
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "budget_exhausted");
+    let metrics = reqwest::get(format!("{base}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("entity_service_shed_total{reason=\"budget\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        !metrics.contains("entity_db_query_duration_seconds_count{query=\"exact\"}"),
+        "no query ran"
+    );
+}
