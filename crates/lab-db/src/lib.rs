@@ -8,6 +8,13 @@
 //!   behaviour the stale-statistics trigger depends on (a per-connection generic plan after five
 //!   executions); the pool reports how many callers are *waiting* for a connection, which sqlx's
 //!   pool does not; and a query can be cancelled server-side with a cancel token.
+//!
+//! # Layout
+//! - this file: migrations, [`prepare`] (with [`PINNED_SETTINGS`]), pools, [`queries`].
+//! - [`inspect`]: the hot statement's plan as pooled connections run it, the statistics and sizes
+//!   of `entities` (`labctl db status`, entity-service's `entity_db_*` gauges).
+
+pub mod inspect;
 
 use std::str::FromStr;
 
@@ -120,14 +127,19 @@ pub async fn drop_database(url: &str) -> anyhow::Result<()> {
 
 /// A deadpool of tokio-postgres connections, `size` connections at most, waiting at most
 /// `wait_timeout` for a free one (None: wait as long as the caller's future lives).
+/// Connections carry `application_name` so `pg_stat_activity` tells whose query is running.
 pub fn hot_path_pool(
     url: &str,
+    application_name: &str,
     size: usize,
     wait_timeout: Option<std::time::Duration>,
 ) -> anyhow::Result<deadpool_postgres::Pool> {
-    let pg: tokio_postgres::Config = url
+    let mut pg: tokio_postgres::Config = url
         .parse()
         .with_context(|| format!("invalid database URL {url:?}"))?;
+    if pg.get_application_name().is_none() {
+        pg.application_name(application_name);
+    }
     let mgr = deadpool_postgres::Manager::from_config(
         pg,
         tokio_postgres::NoTls,

@@ -10,9 +10,12 @@
 //! - [`resolve`]: `POST /v1/resolve` — exact match, then the locale-aware candidate lookup.
 //! - [`score`]: how a candidate is scored against a span.
 //! - [`telemetry`]: this service's metrics, including abandoned work.
+//! - [`dbstats`]: the database facts (`entity_db_*`: plan, staleness, dead tuples), refreshed in
+//!   the background.
 //! - [`fault`]: game-day fault injection from runtime flags (counted, never the real trigger).
 
 pub mod configuration;
+pub mod dbstats;
 pub mod fault;
 pub mod resolve;
 pub mod score;

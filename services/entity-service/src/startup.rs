@@ -30,10 +30,17 @@ impl Application {
             0 => None,
             ms => Some(Duration::from_millis(ms)),
         };
-        let pool =
-            lab_db::hot_path_pool(&settings.database.url, settings.database.pool_size, wait)?;
+        let pool = lab_db::hot_path_pool(
+            &settings.database.url,
+            "entity-service",
+            settings.database.pool_size,
+            wait,
+        )?;
         let metrics = Metrics::new();
         let svc = ServiceMetrics::new(&metrics, pool.clone());
+        // The hot statement's plan and the staleness of entities, refreshed every few seconds on
+        // a connection outside the pool (../shared/design/stale-stats-trigger.md).
+        crate::dbstats::spawn(&metrics, settings.database.url.clone());
         let flags = settings.flags.watch(&metrics).await?;
         let state = AppState {
             cost: Default::default(),

@@ -147,14 +147,14 @@ async fn resolve_rejects_bad_input_with_json_errors() {
     assert!(metrics.contains("entity_db_pool_max 4"));
 }
 
-/// Queries from this database that are still running in PostgreSQL.
+/// entity-service's own queries (its pool sets application_name) still running in PostgreSQL.
 async fn running_lookups(db_url: &str) -> i64 {
     use sqlx::Connection;
     let mut c = sqlx::PgConnection::connect(db_url).await.unwrap();
     sqlx::query_scalar(
         "SELECT count(*) FROM pg_stat_activity
          WHERE datname = current_database() AND state = 'active' AND query LIKE '%FROM entities%'
-           AND pid <> pg_backend_pid()",
+           AND application_name = 'entity-service'",
     )
     .fetch_one(&mut c)
     .await
