@@ -24,6 +24,8 @@ use crate::seed::{ApiKeyRecord, CorpusDoc};
 /// run.
 const MAX_RATE: f64 = 5_000.0;
 const MAX_DURATION_S: u64 = 3_600;
+/// An answer counts toward goodput when it is a 200 within the end user's 3 s budget.
+const GOODPUT_BUDGET_US: u64 = 3_000_000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
 pub enum TenantMix {
@@ -93,6 +95,8 @@ pub struct SecondSample {
     pub second: u64,
     pub sent: u64,
     pub ok: u64,
+    /// Goodput: 200 answers within the 3 s end-user budget, measured from intended send time.
+    pub good: u64,
     pub errors: u64,
     pub p50_ms: f64,
     pub p99_ms: f64,
@@ -102,7 +106,8 @@ struct Recorder {
     ok: Histogram<u64>,
     all: Histogram<u64>,
     by_status: BTreeMap<String, u64>,
-    seconds: BTreeMap<u64, (u64, u64, Histogram<u64>)>,
+    /// Per intended-send second: sent, ok, good, latency histogram.
+    seconds: BTreeMap<u64, (u64, u64, u64, Histogram<u64>)>,
 }
 
 fn histogram() -> Histogram<u64> {
@@ -136,16 +141,74 @@ pub fn ensure_loopback(url: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub async fn run(
+/// The arrival rate of a running generator, changeable while it runs (game-day phases,
+/// `labctl load set-rate`). Stored as milli-requests per second.
+#[derive(Clone)]
+pub struct RateControl(Arc<std::sync::atomic::AtomicU64>);
+
+impl RateControl {
+    pub fn new(rate: f64) -> anyhow::Result<Self> {
+        let c = Self(Arc::new(std::sync::atomic::AtomicU64::new(0)));
+        c.set(rate)?;
+        Ok(c)
+    }
+
+    pub fn set(&self, rate: f64) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            rate > 0.0 && rate <= MAX_RATE,
+            "rate must be in (0, {MAX_RATE}] requests/s"
+        );
+        self.0.store((rate * 1000.0) as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    pub fn get(&self) -> f64 {
+        self.0.load(Ordering::Relaxed) as f64 / 1000.0
+    }
+}
+
+/// The file a running `labctl load` polls for `labctl load set-rate`.
+pub fn rate_file(state_dir: &std::path::Path) -> PathBuf {
+    state_dir.join("run").join("load-rate")
+}
+
+/// `labctl load set-rate R`: tell a running generator its new rate.
+pub fn set_rate(state_dir: &std::path::Path, rate: f64) -> anyhow::Result<()> {
+    RateControl::new(rate)?;
+    std::fs::create_dir_all(state_dir.join("run"))?;
+    std::fs::write(rate_file(state_dir), rate.to_string())?;
+    Ok(())
+}
+
+/// Poll the rate file every second and apply what it says (until the task is aborted).
+pub fn follow_rate_file(
+    state_dir: &std::path::Path,
+    control: RateControl,
+) -> tokio::task::JoinHandle<()> {
+    let path = rate_file(state_dir);
+    let _ = std::fs::remove_file(&path);
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            if let Ok(text) = tokio::fs::read_to_string(&path).await {
+                if let Ok(rate) = text.trim().parse::<f64>() {
+                    if (rate - control.get()).abs() > 1e-9 && control.set(rate).is_ok() {
+                        println!("  rate -> {rate} requests/s");
+                    }
+                }
+            }
+        }
+    })
+}
+
+/// Run the open-loop generator, with the arrival rate read from `control` at every arrival.
+pub async fn run_with(
     args: &LoadArgs,
+    control: RateControl,
     keys: Vec<ApiKeyRecord>,
     corpus: Vec<CorpusDoc>,
 ) -> anyhow::Result<LoadReport> {
     ensure_loopback(&args.gateway)?;
-    anyhow::ensure!(
-        args.rate > 0.0 && args.rate <= MAX_RATE,
-        "--rate must be in (0, {MAX_RATE}]"
-    );
     anyhow::ensure!(
         args.duration > 0 && args.duration <= MAX_DURATION_S,
         "--duration must be in [1, {MAX_DURATION_S}] seconds"
@@ -194,7 +257,7 @@ pub async fn run(
     loop {
         // Exponential inter-arrival times make a Poisson process.
         let u: f64 = rng.random_range(f64::MIN_POSITIVE..1.0);
-        next += Duration::from_secs_f64(-u.ln() / args.rate);
+        next += Duration::from_secs_f64(-u.ln() / control.get());
         if next >= end {
             break;
         }
@@ -243,12 +306,15 @@ pub async fn run(
             let entry = r
                 .seconds
                 .entry(second)
-                .or_insert_with(|| (0, 0, histogram()));
+                .or_insert_with(|| (0, 0, 0, histogram()));
             entry.0 += 1;
             if ok {
                 entry.1 += 1;
+                if micros <= GOODPUT_BUDGET_US {
+                    entry.2 += 1;
+                }
             }
-            let _ = entry.2.record(micros);
+            let _ = entry.3.record(micros);
             drop(r);
             in_flight.fetch_sub(1, Ordering::Relaxed);
         });
@@ -274,10 +340,11 @@ pub async fn run(
         per_second: r
             .seconds
             .iter()
-            .map(|(s, (n, ok, h))| SecondSample {
+            .map(|(s, (n, ok, good, h))| SecondSample {
                 second: *s,
                 sent: *n,
                 ok: *ok,
+                good: *good,
                 errors: n - ok,
                 p50_ms: h.value_at_quantile(0.5) as f64 / 1000.0,
                 p99_ms: h.value_at_quantile(0.99) as f64 / 1000.0,

@@ -6,15 +6,23 @@
 //! labctl up | down | status      the native lab (service binaries as supervised processes)
 //! labctl extract [--count N]     a few real extractions through the gateway, printed
 //! labctl load --rate R ...       open-loop load with latency from intended send times
+//! labctl load set-rate R         change the rate of a running `labctl load`
 //! labctl flags list|get|set|reset|measure   runtime flags, and how fast a flip takes effect
+//! labctl gameday <scenario> --mode legacy|resilient   a scenario, scraped and summarized
 //! ```
 
+mod backfill;
+mod dbstatus;
 mod extract;
 mod flags;
+mod gameday;
 mod lab;
 mod load;
+mod remediate;
 mod seed;
 mod supervise;
+#[cfg(test)]
+mod trigger_test;
 
 use std::path::PathBuf;
 
@@ -85,7 +93,25 @@ enum Command {
         command: flags::FlagsCommand,
     },
     /// Open-loop load against the gateway (loopback only, bounded, stops by itself).
-    Load(load::LoadArgs),
+    #[command(args_conflicts_with_subcommands = true)]
+    Load {
+        #[command(subcommand)]
+        command: Option<LoadCommand>,
+        #[command(flatten)]
+        args: load::LoadArgs,
+    },
+    /// Run a game-day scenario (load/scenarios/*.yaml) against the running lab and report.
+    Gameday(gameday::GamedayArgs),
+    /// The 03:00 locale backfill: autovacuum off, populate ~40% of rows, then widen the column
+    /// (drops its statistics and invalidates every cached plan: the hot lookup flips).
+    Backfill(BackfillCli),
+    /// Fix (or fail to fix) the stale statistics: `analyze` cures, `vacuum` alone does not.
+    Remediate {
+        #[command(subcommand)]
+        remedy: remediate::Remedy,
+        #[arg(long, global = true)]
+        json: bool,
+    },
     /// (internal) The supervisor process `labctl up` starts.
     #[command(hide = true)]
     Supervise {
@@ -95,9 +121,48 @@ enum Command {
 }
 
 #[derive(Subcommand)]
+enum LoadCommand {
+    /// Change the arrival rate of the `labctl load` running on this machine.
+    SetRate { rate: f64 },
+}
+
+#[derive(Subcommand)]
 enum DbCommand {
     /// Create the database if missing, run migrations, pin the planner settings.
     Prepare,
+    /// The hot statement's generic plan as pooled connections run it, the statistics and sizes
+    /// of entities.
+    Status(DbStatusCli),
+}
+
+#[derive(clap::Args)]
+struct DbStatusCli {
+    #[arg(long)]
+    json: bool,
+    /// Tenant to execute the hot statement for (default: the median-sized tenant).
+    #[arg(long)]
+    tenant: Option<i64>,
+    #[arg(long, default_value = "organization")]
+    kind: String,
+    /// Locale tag the request carries; `none` for a request without one.
+    #[arg(long, default_value = "de-DE")]
+    locale: String,
+}
+
+#[derive(clap::Args)]
+struct BackfillCli {
+    /// Run one step only (the replay runs them hours apart).
+    #[arg(long, value_enum, conflicts_with = "reset")]
+    only: Option<backfill::Step>,
+    /// Restore the pre-incident state instead: locale NULL and varchar(8) (one table rewrite),
+    /// autovacuum reset, ANALYZE.
+    #[arg(long)]
+    reset: bool,
+    /// Ids per committed batch.
+    #[arg(long, default_value_t = backfill::DEFAULT_BATCH_IDS)]
+    batch_ids: i64,
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(clap::Args)]
@@ -135,6 +200,25 @@ async fn main() -> anyhow::Result<()> {
             lab_db::prepare(&cli.database_url).await?;
             println!("database ready: {}", cli.database_url);
         }
+        Command::Db {
+            command: DbCommand::Status(s),
+        } => {
+            let params = match s.tenant {
+                Some(tenant) => Some(lab_db::inspect::HotParams {
+                    tenant,
+                    kind: s.kind,
+                    locale: (s.locale != "none").then_some(s.locale),
+                }),
+                None => None,
+            };
+            dbstatus::run(&cli.database_url, params, s.json).await?;
+        }
+        Command::Backfill(b) => {
+            backfill::run(&cli.database_url, b.only, b.reset, b.batch_ids, b.json).await?
+        }
+        Command::Remediate { remedy, json } => {
+            remediate::run(&cli.database_url, remedy, json).await?
+        }
         Command::Seed(s) => {
             let args = seed::SeedArgs {
                 entities: s
@@ -166,16 +250,37 @@ async fn main() -> anyhow::Result<()> {
             let ok = extract::run(&gateway, count, &keys, &corpus).await?;
             anyhow::ensure!(ok > 0, "no extraction succeeded");
         }
-        Command::Load(args) => {
+        Command::Load {
+            command: Some(LoadCommand::SetRate { rate }),
+            ..
+        } => {
+            load::set_rate(&cli.state_dir, rate)?;
+            println!(
+                "rate set to {rate} requests/s (a running `labctl load` applies it within 1 s)"
+            );
+        }
+        Command::Load {
+            command: None,
+            args,
+        } => {
             let keys = seed::read_api_keys(&cli.data_dir)?;
             let corpus = seed::read_corpus(&cli.data_dir)?;
-            let report = load::run(&args, keys, corpus).await?;
+            let control = load::RateControl::new(args.rate)?;
+            let follower = load::follow_rate_file(&cli.state_dir, control.clone());
+            let report = load::run_with(&args, control, keys, corpus).await;
+            follower.abort();
+            let report = report?;
             load::print(&report);
             if let Some(path) = &args.out {
                 std::fs::write(path, serde_json::to_vec_pretty(&report)?)
                     .with_context(|| format!("writing {}", path.display()))?;
                 println!("  series written to {}", path.display());
             }
+        }
+        Command::Gameday(args) => {
+            let keys = seed::read_api_keys(&cli.data_dir)?;
+            let corpus = seed::read_corpus(&cli.data_dir)?;
+            gameday::run(&args, &cli.redis_url, &cli.state_dir, keys, corpus).await?;
         }
         Command::Flags { command } => flags::run(command, &cli.redis_url, &cli.state_dir).await?,
         Command::Supervise { plan } => supervise::supervise(&plan).await?,

@@ -1,0 +1,363 @@
+//! The game day's summary: one column per phase, rows shaped like the postmortem's Performance
+//! Comparison table. Every number is computed from what was scraped or measured in this run.
+
+use std::collections::BTreeMap;
+
+use super::scrape::Series;
+use crate::load::SecondSample;
+
+/// Rows in display order: key (used by scenario expectations), label, unit.
+pub const ROWS: &[(&str, &str, &str)] = &[
+    ("gateway_p50_ms", "Gateway p50 (gateway's view)", "ms"),
+    ("gateway_p95_ms", "Gateway p95 (gateway's view)", "ms"),
+    (
+        "gateway_p99_ms",
+        "Gateway p99 (gateway's view, clamped at the budget)",
+        "ms",
+    ),
+    ("entity_p99_ms", "entity-service p99 (callee's view)", "ms"),
+    ("gateway_rps", "Gateway accepted rps", "rps"),
+    (
+        "entity_inbound_rps",
+        "entity-service inbound rps (attempted)",
+        "rps",
+    ),
+    (
+        "entity_served_rps",
+        "entity-service served rps (200)",
+        "rps",
+    ),
+    (
+        "amplification",
+        "Amplification: entity-service inbound / gateway accepted",
+        "x",
+    ),
+    (
+        "amplification_ratio",
+        "Amplification vs. the first phase (A_retry)",
+        "x",
+    ),
+    (
+        "gateway_attempts_per_first",
+        "Attempts per first attempt: gateway → orchestrator",
+        "x",
+    ),
+    (
+        "orchestrator_attempts_per_first",
+        "Attempts per first attempt: orchestrator → entity-service",
+        "x",
+    ),
+    (
+        "abandoned_pct",
+        "Abandoned work (% of entity-service handler time)",
+        "%",
+    ),
+    ("error_5xx_pct", "Error rate (5xx at the gateway)", "%"),
+    ("goodput_rps", "Goodput (200 within 3 s, per second)", "rps"),
+    ("cache_hit_pct", "Orchestrator cache hit rate", "%"),
+    (
+        "orchestrator_tasks_max",
+        "orchestrator tasks alive (max per replica)",
+        "",
+    ),
+    (
+        "orchestrator_rss_mb_max",
+        "orchestrator memory (max RSS per replica)",
+        "MB",
+    ),
+    (
+        "orchestrator_cpu_cores",
+        "orchestrator CPU (cores, mean per replica)",
+        "cores",
+    ),
+    (
+        "db_connections_max",
+        "PostgreSQL connections in use (max, all entity-services)",
+        "",
+    ),
+    (
+        "orphaned_spans",
+        "Child work that outlived its caller (otel_span_orphaned_total)",
+        "",
+    ),
+    (
+        "shed_rps",
+        "Calls shed by the fixed client (retry budget, breaker, limit, no budget)",
+        "rps",
+    ),
+    (
+        "breaker_state_max",
+        "Breaker state (max; 0 admitting, 1 probing, 2 shedding)",
+        "",
+    ),
+    ("retry_budget_tokens_min", "Retry budget tokens (min)", ""),
+];
+
+pub type PhaseSummary = BTreeMap<String, f64>;
+
+fn max(a: f64, b: f64) -> f64 {
+    a.max(b)
+}
+fn min(a: f64, b: f64) -> f64 {
+    a.min(b)
+}
+
+/// Compute every row for `phase` lasting `seconds`.
+pub fn summarize(
+    s: &Series,
+    phase: usize,
+    seconds: f64,
+    load: &[SecondSample],
+    phase_start: f64,
+) -> PhaseSummary {
+    let mut out = PhaseSummary::new();
+    let mut put = |k: &str, v: Option<f64>| {
+        if let Some(v) = v.filter(|v| v.is_finite()) {
+            out.insert(k.to_string(), v);
+        }
+    };
+    let all = |_: &str| true;
+    let ms = |v: Option<f64>| v.map(|v| v * 1000.0);
+    put(
+        "gateway_p50_ms",
+        ms(s.quantile(
+            phase,
+            "edge-gateway",
+            "gateway_request_duration_seconds",
+            0.50,
+        )),
+    );
+    put(
+        "gateway_p95_ms",
+        ms(s.quantile(
+            phase,
+            "edge-gateway",
+            "gateway_request_duration_seconds",
+            0.95,
+        )),
+    );
+    put(
+        "gateway_p99_ms",
+        ms(s.quantile(
+            phase,
+            "edge-gateway",
+            "gateway_request_duration_seconds",
+            0.99,
+        )),
+    );
+    put(
+        "entity_p99_ms",
+        ms(s.quantile(
+            phase,
+            "entity-service",
+            "entity_service_request_duration_seconds",
+            0.99,
+        )),
+    );
+    let gateway = s.increase(phase, "edge-gateway", "gateway_requests_total", all);
+    let gateway_5xx = s.increase(phase, "edge-gateway", "gateway_requests_total", |l| {
+        super::scrape::label(l, "status").is_some_and(|st| st.starts_with('5'))
+    });
+    let inbound = s.increase(
+        phase,
+        "entity-service",
+        "entity_service_requests_total",
+        all,
+    );
+    let served = s.increase(
+        phase,
+        "entity-service",
+        "entity_service_requests_total",
+        |l| super::scrape::label(l, "status") == Some("200"),
+    );
+    put("gateway_rps", Some(gateway / seconds));
+    put("entity_inbound_rps", Some(inbound / seconds));
+    put("entity_served_rps", Some(served / seconds));
+    if gateway > 0.0 {
+        put("amplification", Some(inbound / gateway));
+        put("error_5xx_pct", Some(100.0 * gateway_5xx / gateway));
+    }
+    // Gateway hop: attempts that reached (or tried to reach) an orchestrator; failover after a
+    // refused connection is not an attempt, "retry" marks each attempt after the first.
+    let gw_attempts = s.increase(
+        phase,
+        "edge-gateway",
+        "gateway_upstream_attempts_total",
+        |l| {
+            matches!(
+                super::scrape::label(l, "outcome"),
+                Some("ok" | "error_5xx" | "error_4xx" | "attempt_timeout" | "transport_error")
+            )
+        },
+    );
+    let gw_retries = s.increase(
+        phase,
+        "edge-gateway",
+        "gateway_upstream_attempts_total",
+        |l| super::scrape::label(l, "outcome") == Some("retry"),
+    );
+    if gw_attempts > gw_retries && gw_attempts > 0.0 {
+        put(
+            "gateway_attempts_per_first",
+            Some(gw_attempts / (gw_attempts - gw_retries)),
+        );
+    }
+    let attempts = s.increase(phase, "orchestrator", "entity_requests_total", all);
+    let retries = s.increase(phase, "orchestrator", "entity_retries_total", all);
+    if attempts > retries && attempts > 0.0 {
+        put(
+            "orchestrator_attempts_per_first",
+            Some(attempts / (attempts - retries)),
+        );
+    }
+    let busy = s.increase(
+        phase,
+        "entity-service",
+        "entity_service_busy_seconds_total",
+        all,
+    );
+    let abandoned = s.increase(
+        phase,
+        "entity-service",
+        "entity_service_abandoned_seconds_total",
+        all,
+    );
+    if busy > 0.0 {
+        put("abandoned_pct", Some(100.0 * abandoned / busy));
+    }
+    let hits = s.increase(
+        phase,
+        "orchestrator",
+        "orchestrator_cache_requests_total",
+        |l| super::scrape::label(l, "result") == Some("hit"),
+    );
+    let lookups = s.increase(
+        phase,
+        "orchestrator",
+        "orchestrator_cache_requests_total",
+        all,
+    );
+    if lookups > 0.0 {
+        put("cache_hit_pct", Some(100.0 * hits / lookups));
+    }
+    let good: u64 = load
+        .iter()
+        .filter(|x| {
+            let t = x.second as f64;
+            t >= phase_start && t < phase_start + seconds
+        })
+        .map(|x| x.good)
+        .sum();
+    put("goodput_rps", Some(good as f64 / seconds));
+    put(
+        "orchestrator_tasks_max",
+        s.gauge(phase, "orchestrator", "tokio_alive_tasks", all, true, max),
+    );
+    put(
+        "orchestrator_rss_mb_max",
+        s.gauge(
+            phase,
+            "orchestrator",
+            "process_resident_memory_bytes",
+            all,
+            true,
+            max,
+        )
+        .map(|b| b / 1e6),
+    );
+    let cpu = s.increase_by(phase, "orchestrator", "process_cpu_seconds_total", |_| {
+        Some(())
+    });
+    if !cpu.is_empty() {
+        // CPU seconds summed over the replicas, per second of phase, per replica.
+        let per_replica = s
+            .targets
+            .iter()
+            .filter(|t| t.service == "orchestrator")
+            .count()
+            .max(1) as f64;
+        put(
+            "orchestrator_cpu_cores",
+            Some(cpu.values().sum::<f64>() / seconds / per_replica),
+        );
+    }
+    put(
+        "db_connections_max",
+        s.gauge(
+            phase,
+            "entity-service",
+            "entity_db_pool_connections",
+            |l| super::scrape::label(l, "state") == Some("in_use"),
+            false,
+            max,
+        ),
+    );
+    put(
+        "orphaned_spans",
+        Some(s.increase(phase, "orchestrator", "otel_span_orphaned_total", all)),
+    );
+    put(
+        "shed_rps",
+        Some(s.increase(phase, "orchestrator", "entity_shed_total", all) / seconds),
+    );
+    put(
+        "breaker_state_max",
+        s.gauge(
+            phase,
+            "orchestrator",
+            "entity_breaker_state",
+            all,
+            true,
+            max,
+        ),
+    );
+    put(
+        "retry_budget_tokens_min",
+        s.gauge(
+            phase,
+            "orchestrator",
+            "entity_retry_budget_tokens",
+            all,
+            true,
+            min,
+        ),
+    );
+    out
+}
+
+fn fmt(v: Option<&f64>, unit: &str) -> String {
+    match v {
+        None => "—".into(),
+        Some(v) => match unit {
+            "ms" | "rps" | "MB" => format!("{v:.0}"),
+            "%" => format!("{v:.1}%"),
+            "x" => format!("{v:.2}×"),
+            "cores" => format!("{v:.2}"),
+            _ if v.fract() == 0.0 => format!("{v:.0}"),
+            _ => format!("{v:.1}"),
+        },
+    }
+}
+
+pub fn markdown(title: &str, phases: &[(String, u64)], summaries: &[PhaseSummary]) -> String {
+    let mut md = format!("### {title}\n\n| Metric |");
+    for (name, secs) in phases {
+        md.push_str(&format!(" {name} ({secs} s) |"));
+    }
+    md.push_str("\n|---|");
+    for _ in phases {
+        md.push_str("---:|");
+    }
+    md.push('\n');
+    for (key, label, unit) in ROWS {
+        if summaries.iter().all(|s| !s.contains_key(*key)) {
+            continue;
+        }
+        md.push_str(&format!("| {label} |"));
+        for s in summaries {
+            md.push_str(&format!(" {} |", fmt(s.get(*key), unit)));
+        }
+        md.push('\n');
+    }
+    md
+}

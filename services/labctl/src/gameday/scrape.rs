@@ -1,0 +1,312 @@
+//! Scraping every replica each second, and turning the series into per-phase numbers.
+//!
+//! Counters are summed as increments between consecutive scrapes of the same replica, and a
+//! counter that goes down is a restarted process (its new value is the increment) — so an
+//! OOM-killed or restarted replica does not corrupt a phase's totals.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use serde::Serialize;
+
+/// One replica of the running lab.
+#[derive(Debug, Clone, Serialize)]
+pub struct Target {
+    /// `edge-gateway`, `orchestrator`, `entity-service`.
+    pub service: String,
+    /// `orchestrator-1`, ...
+    pub replica: String,
+    pub url: String,
+}
+
+/// Everything one scrape of one replica returned (`None`: the scrape failed — replica down).
+pub type Scrape = Option<HashMap<String, f64>>;
+
+#[derive(Debug, Clone)]
+pub struct Tick {
+    /// Seconds since the game day started.
+    pub t: f64,
+    /// Index of the phase in force when this scrape was taken.
+    pub phase: usize,
+    /// One per target, in target order.
+    pub scrapes: Vec<Scrape>,
+}
+
+/// Parse the Prometheus text format into `series → value` (`name{labels}` as exposed).
+pub fn parse(text: &str) -> HashMap<String, f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            Some((series.to_string(), value.parse::<f64>().ok()?))
+        })
+        .collect()
+}
+
+pub async fn scrape_all(client: &reqwest::Client, targets: &[Target]) -> Vec<Scrape> {
+    let futs = targets.iter().map(|t| async move {
+        let resp = client.get(format!("{}/metrics", t.url)).send().await.ok()?;
+        let text = resp.text().await.ok()?;
+        Some(parse(&text))
+    });
+    futures::future::join_all(futs).await
+}
+
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        // A replica that cannot answer /metrics within a second is counted as down for that tick.
+        .timeout(Duration::from_secs(1))
+        .build()
+        .expect("HTTP client")
+}
+
+/// The metric name and the raw label text of a series key.
+fn split(key: &str) -> (&str, &str) {
+    match key.split_once('{') {
+        Some((name, rest)) => (name, rest.trim_end_matches('}')),
+        None => (key, ""),
+    }
+}
+
+/// A label's value in raw label text (`status="200",le="0.5"`).
+pub fn label<'a>(labels: &'a str, name: &str) -> Option<&'a str> {
+    let needle = format!("{name}=\"");
+    let start = labels.find(&needle)? + needle.len();
+    let end = labels[start..].find('"')? + start;
+    Some(&labels[start..end])
+}
+
+/// Per-phase computations over the ticks.
+pub struct Series<'a> {
+    pub targets: &'a [Target],
+    pub ticks: &'a [Tick],
+}
+
+impl Series<'_> {
+    /// Tick indices of `phase`, with the tick before it as the baseline.
+    fn window(&self, phase: usize) -> Option<(usize, usize)> {
+        let first = self.ticks.iter().position(|t| t.phase == phase)?;
+        let last = self.ticks.iter().rposition(|t| t.phase == phase)?;
+        Some((first.saturating_sub(1), last))
+    }
+
+    /// Sum of increments of every series of `name` (on replicas of `service`) whose labels pass
+    /// `keep`, during `phase`.
+    pub fn increase(
+        &self,
+        phase: usize,
+        service: &str,
+        name: &str,
+        keep: impl Fn(&str) -> bool,
+    ) -> f64 {
+        // `+ 0.0`: an empty f64 sum is -0.0, which would print as "-0.0%".
+        self.increase_by(phase, service, name, |l| keep(l).then_some(()))
+            .values()
+            .sum::<f64>()
+            + 0.0
+    }
+
+    /// As [`Series::increase`], grouped by a key derived from the labels (`None`: skip).
+    pub fn increase_by<K: Ord>(
+        &self,
+        phase: usize,
+        service: &str,
+        name: &str,
+        key: impl Fn(&str) -> Option<K>,
+    ) -> BTreeMap<K, f64> {
+        let mut out = BTreeMap::new();
+        let Some((from, to)) = self.window(phase) else {
+            return out;
+        };
+        for (ti, target) in self.targets.iter().enumerate() {
+            if target.service != service {
+                continue;
+            }
+            let mut prev: HashMap<&str, f64> = HashMap::new();
+            for tick in &self.ticks[from..=to] {
+                let Some(Some(scrape)) = tick.scrapes.get(ti) else {
+                    continue;
+                };
+                for (series, v) in scrape {
+                    let (n, labels) = split(series);
+                    if n != name {
+                        continue;
+                    }
+                    let Some(k) = key(labels) else { continue };
+                    if let Some(p) = prev.get(series.as_str()) {
+                        let inc = if *v >= *p { v - p } else { *v };
+                        *out.entry(k).or_insert(0.0) += inc;
+                    }
+                    prev.insert(series.as_str(), *v);
+                }
+            }
+        }
+        out
+    }
+
+    /// Per tick of `phase`: the sum over `service`'s replicas of `name`'s matching series, then
+    /// reduced over ticks with `reduce` (max, min). `None` when no tick had the series.
+    pub fn gauge(
+        &self,
+        phase: usize,
+        service: &str,
+        name: &str,
+        keep: impl Fn(&str) -> bool,
+        per_replica: bool,
+        reduce: fn(f64, f64) -> f64,
+    ) -> Option<f64> {
+        let (from, to) = self.window(phase)?;
+        let mut acc: Option<f64> = None;
+        for tick in &self.ticks[from + usize::from(from < to)..=to] {
+            let mut total: Option<f64> = None;
+            for (ti, target) in self.targets.iter().enumerate() {
+                if target.service != service {
+                    continue;
+                }
+                let Some(Some(scrape)) = tick.scrapes.get(ti) else {
+                    continue;
+                };
+                let mut replica_sum: Option<f64> = None;
+                for (series, v) in scrape {
+                    let (n, labels) = split(series);
+                    if n == name && keep(labels) {
+                        replica_sum = Some(replica_sum.unwrap_or(0.0) + v);
+                    }
+                }
+                if let Some(r) = replica_sum {
+                    total = Some(match (total, per_replica) {
+                        (None, _) => r,
+                        (Some(t), true) => reduce(t, r),
+                        (Some(t), false) => t + r,
+                    });
+                }
+            }
+            if let Some(t) = total {
+                acc = Some(acc.map_or(t, |a| reduce(a, t)));
+            }
+        }
+        acc
+    }
+
+    /// `histogram_quantile` over the increases of `name`_bucket on `service` during `phase`
+    /// (linear interpolation inside the bucket, as Prometheus does). `None` with no observations.
+    pub fn quantile(&self, phase: usize, service: &str, name: &str, q: f64) -> Option<f64> {
+        let buckets = self.increase_by(phase, service, &format!("{name}_bucket"), |l| {
+            let le = label(l, "le")?;
+            let bound = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse::<f64>().ok()?
+            };
+            // BTreeMap keys must be Ord: milli-units of the bound, +Inf as u64::MAX.
+            Some(if bound.is_infinite() {
+                u64::MAX
+            } else {
+                (bound * 1e6) as u64
+            })
+        });
+        histogram_quantile(q, &buckets)
+    }
+}
+
+/// Prometheus' `histogram_quantile` on cumulative buckets keyed by upper bound in micro-units.
+pub fn histogram_quantile(q: f64, buckets: &BTreeMap<u64, f64>) -> Option<f64> {
+    let total = *buckets.get(&u64::MAX)?;
+    if total <= 0.0 {
+        return None;
+    }
+    let rank = q * total;
+    let mut prev_bound = 0.0;
+    let mut prev_count = 0.0;
+    for (bound, count) in buckets {
+        let upper = if *bound == u64::MAX {
+            f64::INFINITY
+        } else {
+            *bound as f64 / 1e6
+        };
+        if *count >= rank {
+            if upper.is_infinite() {
+                // Prometheus returns the highest finite bound: the histogram cannot say more.
+                return Some(prev_bound);
+            }
+            let in_bucket = count - prev_count;
+            let frac = if in_bucket > 0.0 {
+                (rank - prev_count) / in_bucket
+            } else {
+                1.0
+            };
+            return Some(prev_bound + (upper - prev_bound) * frac);
+        }
+        prev_bound = upper;
+        prev_count = *count;
+    }
+    Some(prev_bound)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(service: &str) -> Target {
+        Target {
+            service: service.into(),
+            replica: format!("{service}-1"),
+            url: String::new(),
+        }
+    }
+
+    fn tick(t: f64, phase: usize, text: Option<&str>) -> Tick {
+        Tick {
+            t,
+            phase,
+            scrapes: vec![text.map(parse)],
+        }
+    }
+
+    #[test]
+    fn increase_survives_a_restart_and_a_failed_scrape() {
+        let targets = [target("gw")];
+        let ticks = vec![
+            tick(0.0, 0, Some("req_total{status=\"200\"} 10")),
+            tick(1.0, 1, Some("req_total{status=\"200\"} 15")),
+            tick(2.0, 1, None),
+            // Restarted: the counter starts again from 0 and is at 4.
+            tick(3.0, 1, Some("req_total{status=\"200\"} 4")),
+            tick(
+                4.0,
+                1,
+                Some("req_total{status=\"200\"} 6\nreq_total{status=\"503\"} 1"),
+            ),
+        ];
+        let s = Series {
+            targets: &targets,
+            ticks: &ticks,
+        };
+        // 5 (10 -> 15) + 4 (restart) + 2 (4 -> 6); the 503 series first appears at the last tick.
+        assert_eq!(s.increase(1, "gw", "req_total", |_| true), 11.0);
+    }
+
+    #[test]
+    fn histogram_quantile_interpolates_like_prometheus() {
+        let mut b = BTreeMap::new();
+        b.insert(100_000, 50.0); // le=0.1
+        b.insert(1_000_000, 90.0); // le=1
+        b.insert(3_000_000, 100.0); // le=3
+        b.insert(u64::MAX, 100.0);
+        assert!((histogram_quantile(0.5, &b).unwrap() - 0.1).abs() < 1e-9);
+        assert!((histogram_quantile(0.7, &b).unwrap() - 0.55).abs() < 1e-9);
+        // Everything in the last finite bucket: the clamp shows as the bucket's bound, 3.0.
+        let mut clamped = BTreeMap::new();
+        clamped.insert(2_500_000, 0.0);
+        clamped.insert(3_000_000, 100.0);
+        clamped.insert(u64::MAX, 100.0);
+        assert!((histogram_quantile(0.99, &clamped).unwrap() - 2.995).abs() < 1e-9);
+        assert_eq!(histogram_quantile(0.5, &BTreeMap::new()), None);
+    }
+
+    #[test]
+    fn label_reads_one_label() {
+        assert_eq!(label("status=\"200\",le=\"0.5\"", "le"), Some("0.5"));
+        assert_eq!(label("status=\"200\"", "le"), None);
+    }
+}
