@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/test.sh — the one command that runs every check of retry-storm-lab:
 #   scripts/deps.sh (apt packages, PostgreSQL, Redis, tansu), then, failing fast,
-#   cargo fmt --check, cargo clippy -D warnings, cargo test.
+#   cargo fmt --check, cargo clippy -D warnings, the observability and deployment checks,
+#   cargo test.
 #
 # Usage: scripts/test.sh [extra args for cargo test]
 #   scripts/test.sh                      everything
@@ -77,6 +78,12 @@ run_step fmt "run 'cargo fmt --all' and commit the result" \
     cargo fmt --all -- --check
 run_step clippy "fix the clippy findings above (warnings are errors here)" \
     cargo clippy --workspace --all-targets -- -D warnings
+# Real offline tools over the non-Rust artefacts: promtool (rules, unit tests, every dashboard
+# expression), and kustomize + kubernetes-validate + Helm + compose schema + Argo models + yamllint.
+run_step observability "see scripts/observability-check.sh's output above" \
+    bash scripts/observability-check.sh
+run_step deploy "see scripts/validate-deploy.sh's output above (--sync regenerates copied files)" \
+    bash scripts/validate-deploy.sh
 run_step test "see the failing tests above; services: $DATABASE_URL, $REDIS_URL, $KAFKA_BOOTSTRAP" \
     cargo test --workspace "$@"
 
