@@ -1,0 +1,44 @@
+//! Every metric name the alert rules and dashboards use is exported by a running lab (issue 6):
+//! the lab in-process, one real extraction so the per-request series exist, then
+//! scripts/metric-names-check.sh against every replica's /metrics.
+
+use lab_e2e::{Lab, LabOptions};
+use serde_json::json;
+use testkit::{fixtures, TestDb};
+
+#[tokio::test]
+async fn every_metric_name_in_rules_and_dashboards_is_exported() {
+    let db = TestDb::new().await;
+    let key = fixtures::tenant_with_key(&db.url, 1).await;
+    fixtures::entities(&db.url, &[(10, 1, "organization", "Vega Labs", 100)]).await;
+    let lab = Lab::start(db, LabOptions::default()).await;
+    let resp = lab
+        .extract(
+            &key.api_key,
+            json!({"doc_id": "d", "text": "The payee Vega Labs confirmed."}),
+        )
+        .await;
+    assert_eq!(resp.status(), 200);
+
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut urls = vec![lab.gateway.url.clone()];
+    urls.extend(lab.orchestrators.iter().map(|o| o.url.clone()));
+    urls.extend(lab.entity_services.iter().map(|e| e.url.clone()));
+    let out = tokio::process::Command::new("bash")
+        .arg(root.join("scripts/metric-names-check.sh"))
+        .args(&urls)
+        .current_dir(&root)
+        .output()
+        .await
+        .expect("run scripts/metric-names-check.sh");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "metric names missing:\n{stdout}\n{stderr}"
+    );
+    assert!(
+        stdout.contains(" ok "),
+        "the check reported nothing:\n{stdout}"
+    );
+}
