@@ -24,6 +24,10 @@ use crate::seed::{ApiKeyRecord, CorpusDoc};
 /// run.
 const MAX_RATE: f64 = 5_000.0;
 const MAX_DURATION_S: u64 = 3_600;
+/// Where stream indexes start (the corpus file uses 0..documents) and how far apart runs with
+/// different `--seed` start: 10^9 documents is 3.8 days at 3,000 rps.
+const STREAM_BASE: u64 = 1 << 40;
+const STREAM_STRIDE: u64 = 1_000_000_000;
 /// An answer counts toward goodput when it is a 200 within the end user's 3 s budget.
 const GOODPUT_BUDGET_US: u64 = 3_000_000;
 
@@ -33,6 +37,36 @@ pub enum TenantMix {
     Size,
     /// Every tenant equally often.
     Uniform,
+}
+
+/// Which documents a run sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+pub enum Docs {
+    /// Fresh documents generated on the fly about the seeded entities, never repeating: the
+    /// orchestrators' caches see what production sees.
+    Stream,
+    /// Replay `corpus.jsonl` (20k documents by default). On long runs every span ends up cached
+    /// and the hit rate climbs far above production's.
+    Corpus,
+}
+
+/// The documents a run draws from.
+pub enum DocSource {
+    Corpus(Vec<CorpusDoc>),
+    Stream(crate::seed::DocumentStream),
+}
+
+impl DocSource {
+    /// Open the source `docs` names in `data_dir`.
+    pub fn open(docs: Docs, data_dir: &std::path::Path, mix: TenantMix) -> anyhow::Result<Self> {
+        Ok(match docs {
+            Docs::Corpus => DocSource::Corpus(crate::seed::read_corpus(data_dir)?),
+            Docs::Stream => DocSource::Stream(crate::seed::DocumentStream::open(
+                data_dir,
+                mix == TenantMix::Uniform,
+            )?),
+        })
+    }
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -52,6 +86,9 @@ pub struct LoadArgs {
     pub timeout_ms: u64,
     #[arg(long, value_enum, default_value_t = TenantMix::Size)]
     pub tenants: TenantMix,
+    /// Fresh documents (stream) or the seeded corpus replayed (corpus).
+    #[arg(long, value_enum, default_value_t = Docs::Stream)]
+    pub docs: Docs,
     /// Requests allowed in flight at once; arrivals beyond it are counted as `client_overload`
     /// instead of sent (the generator must not become the bottleneck silently).
     #[arg(long, default_value_t = 10_000)]
@@ -206,7 +243,7 @@ pub async fn run_with(
     args: &LoadArgs,
     control: RateControl,
     keys: Vec<ApiKeyRecord>,
-    corpus: Vec<CorpusDoc>,
+    source: DocSource,
 ) -> anyhow::Result<LoadReport> {
     ensure_loopback(&args.gateway)?;
     anyhow::ensure!(
@@ -215,26 +252,33 @@ pub async fn run_with(
     );
     let key_of: BTreeMap<i64, String> =
         keys.into_iter().map(|k| (k.tenant_id, k.api_key)).collect();
-    let docs: Vec<Arc<(String, serde_json::Value)>> = corpus
-        .into_iter()
-        .filter_map(|d| {
-            let key = key_of.get(&d.tenant_id)?.clone();
-            let body = serde_json::json!({
-                "doc_id": d.doc_id, "text": d.text, "locale": d.locale, "doc_type": d.doc_type,
-            });
-            Some(Arc::new((key, body)))
-        })
-        .collect();
-    anyhow::ensure!(
-        !docs.is_empty(),
-        "no documents with a matching API key; run `labctl seed` first"
-    );
-    // For the uniform mix: documents grouped by tenant.
-    let mut by_tenant: BTreeMap<String, Vec<usize>> = BTreeMap::new();
-    for (i, d) in docs.iter().enumerate() {
-        by_tenant.entry(d.0.clone()).or_default().push(i);
-    }
-    let tenant_lists: Vec<Vec<usize>> = by_tenant.into_values().collect();
+    let body = |d: CorpusDoc| -> Option<Arc<(String, serde_json::Value)>> {
+        let key = key_of.get(&d.tenant_id)?.clone();
+        let body = serde_json::json!({
+            "doc_id": d.doc_id, "text": d.text, "locale": d.locale, "doc_type": d.doc_type,
+        });
+        Some(Arc::new((key, body)))
+    };
+    let (docs, tenant_lists, mut stream) = match source {
+        DocSource::Corpus(corpus) => {
+            let docs: Vec<Arc<(String, serde_json::Value)>> =
+                corpus.into_iter().filter_map(body).collect();
+            anyhow::ensure!(
+                !docs.is_empty(),
+                "no documents with a matching API key; run `labctl seed` first"
+            );
+            // For the uniform mix: documents grouped by tenant.
+            let mut by_tenant: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+            for (i, d) in docs.iter().enumerate() {
+                by_tenant.entry(d.0.clone()).or_default().push(i);
+            }
+            (docs, by_tenant.into_values().collect::<Vec<_>>(), None)
+        }
+        DocSource::Stream(stream) => (Vec::new(), Vec::new(), Some(stream)),
+    };
+    // Stream positions far above the corpus file's indexes, distinct per --seed, so runs with
+    // different seeds never send the same document.
+    let mut stream_index = STREAM_BASE + args.seed.wrapping_mul(STREAM_STRIDE);
 
     let client = reqwest::Client::builder()
         .timeout(Duration::from_millis(args.timeout_ms))
@@ -266,9 +310,16 @@ pub async fn run_with(
             overload += 1;
             continue;
         }
-        let doc = match args.tenants {
-            TenantMix::Size => docs[rng.random_range(0..docs.len())].clone(),
-            TenantMix::Uniform => {
+        let doc = match (&mut stream, args.tenants) {
+            (Some(stream), _) => {
+                stream_index += 1;
+                match body(stream.document(stream_index)) {
+                    Some(d) => d,
+                    None => continue,
+                }
+            }
+            (None, TenantMix::Size) => docs[rng.random_range(0..docs.len())].clone(),
+            (None, TenantMix::Uniform) => {
                 let list = &tenant_lists[rng.random_range(0..tenant_lists.len())];
                 docs[list[rng.random_range(0..list.len())]].clone()
             }

@@ -264,10 +264,10 @@ async fn main() -> anyhow::Result<()> {
             args,
         } => {
             let keys = seed::read_api_keys(&cli.data_dir)?;
-            let corpus = seed::read_corpus(&cli.data_dir)?;
+            let source = load::DocSource::open(args.docs, &cli.data_dir, args.tenants)?;
             let control = load::RateControl::new(args.rate)?;
             let follower = load::follow_rate_file(&cli.state_dir, control.clone());
-            let report = load::run_with(&args, control, keys, corpus).await;
+            let report = load::run_with(&args, control, keys, source).await;
             follower.abort();
             let report = report?;
             load::print(&report);
@@ -279,8 +279,7 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Gameday(args) => {
             let keys = seed::read_api_keys(&cli.data_dir)?;
-            let corpus = seed::read_corpus(&cli.data_dir)?;
-            gameday::run(&args, &cli.redis_url, &cli.state_dir, keys, corpus).await?;
+            gameday::run(&args, &cli.redis_url, &cli.state_dir, &cli.data_dir, keys).await?;
         }
         Command::Flags { command } => flags::run(command, &cli.redis_url, &cli.state_dir).await?,
         Command::Supervise { plan } => supervise::supervise(&plan).await?,

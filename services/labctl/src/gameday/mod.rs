@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use serde::Serialize;
 
-use crate::load::{self, LoadArgs, RateControl, TenantMix};
-use crate::seed::{ApiKeyRecord, CorpusDoc};
+use crate::load::{self, DocSource, Docs, LoadArgs, RateControl, TenantMix};
+use crate::seed::ApiKeyRecord;
 use crate::supervise;
 use scrape::{Series, Target, Tick};
 
@@ -92,8 +92,8 @@ pub async fn run(
     args: &GamedayArgs,
     redis_url: &str,
     state_dir: &Path,
+    data_dir: &Path,
     keys: Vec<ApiKeyRecord>,
-    corpus: Vec<CorpusDoc>,
 ) -> anyhow::Result<()> {
     let sc = scenario::load(&args.scenario)?;
     let defs = lab_flags::Definitions::embedded();
@@ -158,11 +158,13 @@ pub async fn run(
         max_in_flight: 10_000,
         seed: 1,
         out: None,
+        docs: Docs::Stream,
     };
+    let source = DocSource::open(Docs::Stream, data_dir, load_args.tenants)?;
     let started = Instant::now();
     let load_task = {
         let (a, c) = (load_args.clone(), control.clone());
-        tokio::spawn(async move { load::run_with(&a, c, keys, corpus).await })
+        tokio::spawn(async move { load::run_with(&a, c, keys, source).await })
     };
 
     // Phase timeline and the 1 s scrape loop.

@@ -8,6 +8,7 @@
 //! (exact match misses, the candidate lookup — the statement the incident degrades — decides).
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use lab_api::text::{candidate_spans, guess_kind, normalize};
 
@@ -231,6 +232,52 @@ pub(crate) fn generate(plan: &Plan, documents: u64) -> (Vec<CorpusDoc>, CorpusSt
         .map(|d| d.expect("every document index belongs to a tenant"))
         .collect();
     (docs, stats)
+}
+
+/// Documents generated on demand, never repeating: document `index` is a pure function of the
+/// plan and the index (its tenant from a per-index stream, its content from the same per-index
+/// stream the corpus uses), so a load run can draw as many fresh documents as it needs. Replaying
+/// the fixed corpus instead warms the orchestrators' caches far beyond production's hit rate on
+/// long runs (every span of the corpus ends up cached); a stream keeps the cache honest.
+pub(crate) struct DocStream {
+    plan: Arc<Plan>,
+    uniform: bool,
+    sampler: Discrete,
+    /// Per tenant: the Zipf sampler over its ranks and the entities already rendered.
+    tenants: HashMap<usize, (Discrete, HashMap<u64, Mentionable>)>,
+    stats: CorpusStats,
+}
+
+impl DocStream {
+    /// `uniform`: every tenant equally often; otherwise in proportion to tenant size.
+    pub(crate) fn new(plan: Arc<Plan>, uniform: bool) -> Self {
+        let sampler = plan.tenant_sampler();
+        Self {
+            plan,
+            uniform,
+            sampler,
+            tenants: HashMap::new(),
+            stats: CorpusStats::default(),
+        }
+    }
+
+    /// Document number `index` of the stream.
+    pub(crate) fn document(&mut self, index: u64) -> CorpusDoc {
+        let mut rng = Rng::stream(self.plan.seed, Stream::CorpusTenants, &[index]);
+        let t = if self.uniform {
+            rng.index(self.plan.tenants.len())
+        } else {
+            self.sampler.sample(&mut rng)
+        };
+        let plan = &self.plan;
+        let (zipf, entities) = self.tenants.entry(t).or_insert_with(|| {
+            (
+                Discrete::zipf(plan.tenants[t].size as usize, MENTION_ZIPF_EXPONENT),
+                HashMap::new(),
+            )
+        });
+        document(plan, t, index, index, zipf, entities, &mut self.stats)
+    }
 }
 
 fn document(
@@ -572,6 +619,42 @@ mod tests {
         let plan = Plan::build(seed, 20_000, 40).unwrap();
         let (docs, stats) = generate(&plan, 400);
         (plan, docs, stats)
+    }
+
+    #[test]
+    fn doc_stream_is_deterministic_never_repeats_and_keeps_offsets_true() {
+        let plan = Arc::new(Plan::build(7, 20_000, 40).unwrap());
+        let mut a = DocStream::new(plan.clone(), false);
+        let mut b = DocStream::new(plan.clone(), false);
+        let mut texts = std::collections::HashSet::new();
+        for index in 1_000_000..1_000_200 {
+            let doc = a.document(index);
+            assert_eq!(
+                doc.text,
+                b.document(index).text,
+                "same index, same document"
+            );
+            assert!(
+                texts.insert(doc.text.clone()),
+                "document {index} repeats an earlier one"
+            );
+            let spans = candidate_spans(&doc.text);
+            for m in &doc.mentions {
+                assert!(
+                    spans.iter().any(|s| s.start == m.start && s.end == m.end),
+                    "mention {m:?} is a candidate span"
+                );
+            }
+        }
+        // The uniform mix reaches tenants the size-proportional one rarely does.
+        let mut u = DocStream::new(plan, true);
+        let tenants: std::collections::HashSet<i64> =
+            (0..400).map(|i| u.document(i).tenant_id).collect();
+        assert!(
+            tenants.len() > 30,
+            "uniform over 40 tenants: {} seen",
+            tenants.len()
+        );
     }
 
     #[test]

@@ -48,6 +48,9 @@ use self::plan::Plan;
 const API_KEYS_FILE: &str = "api-keys.json";
 /// File name of the corpus (one JSON document per line), inside `data_dir`.
 const CORPUS_FILE: &str = "corpus.jsonl";
+/// The parameters the data set was generated from, so the load generator can rebuild the plan and
+/// stream fresh documents about the same entities.
+const PARAMS_FILE: &str = "seed-params.json";
 
 /// What to seed and where.
 #[derive(Debug, Clone)]
@@ -254,6 +257,15 @@ pub async fn run(database_url: &str, args: &SeedArgs) -> anyhow::Result<SeedRepo
         Ok(())
     })?;
     let corpus_path = corpus_file.commit()?;
+    std::fs::write(
+        args.data_dir.join(PARAMS_FILE),
+        serde_json::to_vec_pretty(&SeedParams {
+            seed: args.seed,
+            entities: args.entities,
+            tenants: args.tenants,
+        })?,
+    )
+    .with_context(|| format!("writing {PARAMS_FILE} in {}", args.data_dir.display()))?;
     let cache = corpus::estimate_cache(&docs, corpus::REFERENCE_CACHE_CAPACITY, args.seed);
     let corpus_secs = phase.elapsed().as_secs_f64();
 
@@ -311,6 +323,39 @@ pub async fn run(database_url: &str, args: &SeedArgs) -> anyhow::Result<SeedRepo
         api_keys_path,
         corpus_path,
     })
+}
+
+/// What the data set was generated from (`seed-params.json`).
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
+pub struct SeedParams {
+    pub seed: u64,
+    pub entities: u64,
+    pub tenants: u64,
+}
+
+/// A never-repeating stream of documents about the seeded entities (see [`corpus::DocStream`]).
+pub struct DocumentStream(corpus::DocStream);
+
+impl DocumentStream {
+    /// Rebuild the seed's plan from `seed-params.json` (about a second at 1M entities).
+    pub fn open(data_dir: &Path, uniform: bool) -> anyhow::Result<Self> {
+        let path = data_dir.join(PARAMS_FILE);
+        let params: SeedParams =
+            serde_json::from_slice(&std::fs::read(&path).with_context(|| {
+                format!(
+                    "reading {} (seed the lab first: labctl seed)",
+                    path.display()
+                )
+            })?)?;
+        let plan = Plan::build(params.seed, params.entities, params.tenants)?;
+        Ok(Self(corpus::DocStream::new(Arc::new(plan), uniform)))
+    }
+
+    /// Document number `index`; the corpus file holds indexes below its length, so streams
+    /// should start far above it.
+    pub fn document(&mut self, index: u64) -> CorpusDoc {
+        self.0.document(index)
+    }
 }
 
 /// Read `api-keys.json` from a seeded data directory.
