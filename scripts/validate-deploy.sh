@@ -189,8 +189,14 @@ def valid_env(service):
 
 
 def labctl_env():
-    src = open(os.path.join(ROOT, "services/labctl/src/main.rs"), encoding="utf-8").read()
-    return set(re.findall(r'env\s*=\s*"(LAB_\w+)"', src))
+    # Every clap `env = "LAB_..."` in labctl's sources (subcommands declare their own).
+    names = set()
+    for dirpath, _, files in os.walk(os.path.join(ROOT, "services/labctl/src")):
+        for f in files:
+            if f.endswith(".rs"):
+                src = open(os.path.join(dirpath, f), encoding="utf-8").read()
+                names |= set(re.findall(r'env\s*=\s*"(LAB_\w+)"', src))
+    return names
 
 
 REQUIRED = {
@@ -223,7 +229,7 @@ def check_env_set(where, binary, env):
                      f"({'unknown key in [' + section + ']' if section in sections else 'no such section'}; "
                      f"valid: services/{binary}/config/defaults.toml)")
         elif name not in valid:
-            fail(f"{where}: {name} is not a labctl variable (services/labctl/src/main.rs)")
+            fail(f"{where}: {name} is not a labctl variable (services/labctl/src/)")
     for name in sorted(REQUIRED[binary] - set(env)):
         fail(f"{where}: required {name} is not set for {binary}")
 

@@ -54,6 +54,11 @@ pub struct GamedayArgs {
     /// Where to write the report (default: <state dir>/reports/gameday-<scenario>-<mode>-<unix time>).
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// The replicas to scrape, `service=url` comma-separated (service: edge-gateway, orchestrator,
+    /// entity-service), for labs labctl did not start itself (docker compose). Default: the
+    /// native lab's state file.
+    #[arg(long, env = "LAB_GAMEDAY_TARGETS")]
+    pub targets: Option<String>,
     /// Exit non-zero when a scenario expectation for this mode is not met.
     #[arg(long)]
     pub strict: bool,
@@ -108,19 +113,24 @@ pub async fn run(
         }
         extra.push((flag.to_string(), variant.to_string()));
     }
-    let Some(state) = supervise::read_state(state_dir)? else {
-        bail!("no lab is up: start one with `labctl up`");
+    let (targets, restarts_before) = match &args.targets {
+        Some(list) => (parse_targets(list)?, 0),
+        None => {
+            let Some(state) = supervise::read_state(state_dir)? else {
+                bail!("no lab is up: start one with `labctl up` (or name the replicas with --targets)");
+            };
+            let targets: Vec<Target> = state
+                .procs
+                .iter()
+                .map(|p| Target {
+                    service: p.binary.clone(),
+                    replica: p.name.clone(),
+                    url: format!("http://127.0.0.1:{}", p.port),
+                })
+                .collect();
+            (targets, state.procs.iter().map(|p| p.restarts).sum::<u32>())
+        }
     };
-    let targets: Vec<Target> = state
-        .procs
-        .iter()
-        .map(|p| Target {
-            service: p.binary.clone(),
-            replica: p.name.clone(),
-            url: format!("http://127.0.0.1:{}", p.port),
-        })
-        .collect();
-    let restarts_before: u32 = state.procs.iter().map(|p| p.restarts).sum();
     let store = lab_flags::Store::new(redis_url)?;
     let http = scrape::client();
 
@@ -264,9 +274,12 @@ pub async fn run(
                 .collect()
         })
         .unwrap_or_default();
-    let restarts_after: u32 = supervise::read_state(state_dir)?
-        .map(|s| s.procs.iter().map(|p| p.restarts).sum())
-        .unwrap_or(restarts_before);
+    let restarts_after: u32 = match &args.targets {
+        Some(_) => restarts_before,
+        None => supervise::read_state(state_dir)?
+            .map(|s| s.procs.iter().map(|p| p.restarts).sum())
+            .unwrap_or(restarts_before),
+    };
 
     let title = format!(
         "{} — {} mode{} ({:.0} rps base, {} tenant mix)",
@@ -339,6 +352,33 @@ pub async fn run(
     Ok(())
 }
 
+/// `edge-gateway=http://127.0.0.1:8080,orchestrator=http://orchestrator-1:8080,...`.
+fn parse_targets(list: &str) -> anyhow::Result<Vec<Target>> {
+    let mut out: Vec<Target> = Vec::new();
+    for item in list.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let (service, url) = item
+            .split_once('=')
+            .with_context(|| format!("--targets {item:?}: use service=url"))?;
+        if !["edge-gateway", "orchestrator", "entity-service"].contains(&service) {
+            bail!(
+                "--targets {item:?}: service must be edge-gateway, orchestrator or entity-service"
+            );
+        }
+        let n = out.iter().filter(|t| t.service == service).count() + 1;
+        out.push(Target {
+            service: service.to_string(),
+            replica: format!("{service}-{n}"),
+            url: url.trim_end_matches('/').to_string(),
+        });
+    }
+    for service in ["edge-gateway", "orchestrator", "entity-service"] {
+        if !out.iter().any(|t| t.service == service) {
+            bail!("--targets names no {service} replica");
+        }
+    }
+    Ok(out)
+}
+
 /// Wait (bounded) until every target reports `flag = variant`.
 async fn wait_applied(
     http: &reqwest::Client,
@@ -390,4 +430,31 @@ fn write_series(path: &Path, targets: &[Target], ticks: &[Tick]) -> anyhow::Resu
         )?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_targets_names_replicas_and_requires_every_tier() {
+        let t = parse_targets(
+            "edge-gateway=http://127.0.0.1:8080, orchestrator=http://o1:8080,orchestrator=http://o2:8080/,entity-service=http://e1:8080",
+        )
+        .unwrap();
+        let names: Vec<&str> = t.iter().map(|t| t.replica.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "edge-gateway-1",
+                "orchestrator-1",
+                "orchestrator-2",
+                "entity-service-1"
+            ]
+        );
+        assert_eq!(t[2].url, "http://o2:8080");
+        assert!(parse_targets("edge-gateway=http://a,orchestrator=http://b").is_err());
+        assert!(parse_targets("gateway=http://a").is_err());
+        assert!(parse_targets("edge-gateway").is_err());
+    }
 }
