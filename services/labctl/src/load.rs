@@ -178,16 +178,35 @@ pub fn ensure_loopback(url: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The arrival rate of a running generator, changeable while it runs (game-day phases,
-/// `labctl load set-rate`). Stored as milli-requests per second.
+/// The arrival rate and tenant mix of a running generator, changeable while it runs (game-day
+/// phases, `labctl load set-rate`, `labctl load set-mix`). The rate is stored as milli-requests
+/// per second.
 #[derive(Clone)]
-pub struct RateControl(Arc<std::sync::atomic::AtomicU64>);
+pub struct RateControl(
+    Arc<std::sync::atomic::AtomicU64>,
+    Arc<std::sync::atomic::AtomicBool>,
+);
 
 impl RateControl {
     pub fn new(rate: f64) -> anyhow::Result<Self> {
-        let c = Self(Arc::new(std::sync::atomic::AtomicU64::new(0)));
+        let c = Self(
+            Arc::new(std::sync::atomic::AtomicU64::new(0)),
+            Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        );
         c.set(rate)?;
         Ok(c)
+    }
+
+    pub fn set_mix(&self, mix: TenantMix) {
+        self.1.store(mix == TenantMix::Uniform, Ordering::Relaxed);
+    }
+
+    pub fn mix(&self) -> TenantMix {
+        if self.1.load(Ordering::Relaxed) {
+            TenantMix::Uniform
+        } else {
+            TenantMix::Size
+        }
     }
 
     pub fn set(&self, rate: f64) -> anyhow::Result<()> {
@@ -209,6 +228,23 @@ pub fn rate_file(state_dir: &std::path::Path) -> PathBuf {
     state_dir.join("run").join("load-rate")
 }
 
+/// The file a running `labctl load` polls for `labctl load set-mix`.
+pub fn mix_file(state_dir: &std::path::Path) -> PathBuf {
+    state_dir.join("run").join("load-mix")
+}
+
+/// `labctl load set-mix size|uniform`: tell a running generator its new tenant mix.
+pub fn set_mix(state_dir: &std::path::Path, mix: TenantMix) -> anyhow::Result<()> {
+    std::fs::create_dir_all(state_dir.join("run"))?;
+    let text = if mix == TenantMix::Uniform {
+        "uniform"
+    } else {
+        "size"
+    };
+    std::fs::write(mix_file(state_dir), text)?;
+    Ok(())
+}
+
 /// `labctl load set-rate R`: tell a running generator its new rate.
 pub fn set_rate(state_dir: &std::path::Path, rate: f64) -> anyhow::Result<()> {
     RateControl::new(rate)?;
@@ -223,10 +259,23 @@ pub fn follow_rate_file(
     control: RateControl,
 ) -> tokio::task::JoinHandle<()> {
     let path = rate_file(state_dir);
+    let mix_path = mix_file(state_dir);
     let _ = std::fs::remove_file(&path);
+    let _ = std::fs::remove_file(&mix_path);
     tokio::spawn(async move {
         loop {
             tokio::time::sleep(Duration::from_secs(1)).await;
+            if let Ok(text) = tokio::fs::read_to_string(&mix_path).await {
+                let mix = if text.trim() == "uniform" {
+                    TenantMix::Uniform
+                } else {
+                    TenantMix::Size
+                };
+                if mix != control.mix() {
+                    control.set_mix(mix);
+                    println!("  tenant mix -> {mix:?}");
+                }
+            }
             if let Ok(text) = tokio::fs::read_to_string(&path).await {
                 if let Ok(rate) = text.trim().parse::<f64>() {
                     if (rate - control.get()).abs() > 1e-9 && control.set(rate).is_ok() {
@@ -245,6 +294,7 @@ pub async fn run_with(
     keys: Vec<ApiKeyRecord>,
     source: DocSource,
 ) -> anyhow::Result<LoadReport> {
+    control.set_mix(args.tenants);
     ensure_loopback(&args.gateway)?;
     anyhow::ensure!(
         args.duration > 0 && args.duration <= MAX_DURATION_S,
@@ -310,8 +360,9 @@ pub async fn run_with(
             overload += 1;
             continue;
         }
-        let doc = match (&mut stream, args.tenants) {
-            (Some(stream), _) => {
+        let doc = match (&mut stream, control.mix()) {
+            (Some(stream), mix) => {
+                stream.set_uniform(mix == TenantMix::Uniform);
                 stream_index += 1;
                 match body(stream.document(stream_index)) {
                     Some(d) => d,

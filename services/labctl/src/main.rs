@@ -124,6 +124,11 @@ enum Command {
 enum LoadCommand {
     /// Change the arrival rate of the `labctl load` running on this machine.
     SetRate { rate: f64 },
+    /// Change the tenant mix (size or uniform) of the `labctl load` running on this machine.
+    SetMix {
+        #[arg(value_enum)]
+        mix: load::TenantMix,
+    },
 }
 
 #[derive(Subcommand)]
@@ -260,6 +265,13 @@ async fn main() -> anyhow::Result<()> {
             );
         }
         Command::Load {
+            command: Some(LoadCommand::SetMix { mix }),
+            ..
+        } => {
+            load::set_mix(&cli.state_dir, mix)?;
+            println!("tenant mix set to {mix:?} (a running `labctl load` applies it within 1 s)");
+        }
+        Command::Load {
             command: None,
             args,
         } => {
@@ -279,7 +291,21 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Gameday(args) => {
             let keys = seed::read_api_keys(&cli.data_dir)?;
-            gameday::run(&args, &cli.redis_url, &cli.state_dir, &cli.data_dir, keys).await?;
+            let globals = gameday::Globals {
+                database_url: cli.database_url.clone(),
+                redis_url: cli.redis_url.clone(),
+                state_dir: cli.state_dir.clone(),
+                data_dir: cli.data_dir.clone(),
+            };
+            gameday::run(
+                &args,
+                &globals,
+                &cli.redis_url,
+                &cli.state_dir,
+                &cli.data_dir,
+                keys,
+            )
+            .await?;
         }
         Command::Flags { command } => flags::run(command, &cli.redis_url, &cli.state_dir).await?,
         Command::Supervise { plan } => supervise::supervise(&plan).await?,

@@ -45,6 +45,9 @@ pub struct GamedayArgs {
     /// Override the scenario's base rate (requests/s).
     #[arg(long)]
     pub rate: Option<f64>,
+    /// Override the scenario's tenant mix.
+    #[arg(long, value_enum)]
+    pub tenants: Option<TenantMix>,
     /// Extra flags for the whole run, `flag=variant` (ablation: one control at a time).
     #[arg(long = "flag")]
     pub flags: Vec<String>,
@@ -93,8 +96,66 @@ struct ExpectationResult {
     ok: bool,
 }
 
+/// The global options a labctl child process needs to act on the same lab.
+#[derive(Debug, Clone)]
+pub struct Globals {
+    pub database_url: String,
+    pub redis_url: String,
+    pub state_dir: PathBuf,
+    pub data_dir: PathBuf,
+}
+
+/// Start `labctl <cmd>` with the same globals; its output goes to the game day's log file.
+fn spawn_labctl(g: &Globals, cmd: &str, log: &Path) -> anyhow::Result<tokio::process::Child> {
+    let exe = std::env::current_exe().context("locating labctl itself")?;
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)?;
+    tokio::process::Command::new(exe)
+        .arg("--database-url")
+        .arg(&g.database_url)
+        .arg("--redis-url")
+        .arg(&g.redis_url)
+        .arg("--state-dir")
+        .arg(&g.state_dir)
+        .arg("--data-dir")
+        .arg(&g.data_dir)
+        .args(cmd.split_whitespace())
+        .stdin(std::process::Stdio::null())
+        .stdout(out.try_clone()?)
+        .stderr(out)
+        .spawn()
+        .with_context(|| format!("starting labctl {cmd}"))
+}
+
+/// Run `cmds` one after another (a phase's `run:` list), logging each exit.
+fn run_in_background(
+    g: Globals,
+    cmds: Vec<String>,
+    log: PathBuf,
+    t0: Instant,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        for cmd in cmds {
+            println!("  t={:5.1}s run: labctl {cmd}", t0.elapsed().as_secs_f64());
+            match spawn_labctl(&g, &cmd, &log) {
+                Ok(mut child) => match child.wait().await {
+                    Ok(st) => println!(
+                        "  t={:5.1}s done: labctl {cmd} ({st})",
+                        t0.elapsed().as_secs_f64()
+                    ),
+                    Err(e) => println!("  labctl {cmd}: {e}"),
+                },
+                Err(e) => println!("  labctl {cmd}: {e:#}"),
+            }
+        }
+    })
+}
+
 pub async fn run(
     args: &GamedayArgs,
+    globals: &Globals,
     redis_url: &str,
     state_dir: &Path,
     data_dir: &Path,
@@ -160,11 +221,11 @@ pub async fn run(
         rate: control.get(),
         duration: sc.total_seconds(),
         timeout_ms: 10_000,
-        tenants: if sc.tenants == "uniform" {
+        tenants: args.tenants.unwrap_or(if sc.tenants == "uniform" {
             TenantMix::Uniform
         } else {
             TenantMix::Size
-        },
+        }),
         max_in_flight: 10_000,
         seed: 1,
         out: None,
@@ -188,6 +249,18 @@ pub async fn run(
     let end = sc.total_seconds() as f64 + sc.settle_seconds as f64;
     let mut current = usize::MAX;
     let mut next_tick = started;
+    let out = args.out.clone().unwrap_or_else(|| {
+        let ts = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or_default();
+        state_dir
+            .join("reports")
+            .join(format!("gameday-{}-{}-{ts}", sc.name, args.mode.variant()))
+    });
+    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    let actions_log = out.join("actions.log");
+    let mut actions = Vec::new();
     loop {
         let t = started.elapsed().as_secs_f64();
         if t > end {
@@ -203,6 +276,14 @@ pub async fn run(
                 }
             }
             control.set(p.rate.unwrap_or(base_rate))?;
+            if !p.run.is_empty() {
+                actions.push(run_in_background(
+                    globals.clone(),
+                    p.run.clone(),
+                    actions_log.clone(),
+                    started,
+                ));
+            }
             println!(
                 "  t={t:5.1}s phase {:<10} {:>4} s at {:.0} rps {}",
                 p.name,
@@ -222,6 +303,19 @@ pub async fn run(
     }
     let load_report = load_task.await.context("load generator panicked")??;
     store.reset().await?;
+    for a in actions {
+        let _ = a.await;
+    }
+    if !sc.cleanup.is_empty() {
+        run_in_background(
+            globals.clone(),
+            sc.cleanup.clone(),
+            actions_log.clone(),
+            started,
+        )
+        .await
+        .ok();
+    }
 
     // Summaries.
     let series = Series {
@@ -291,7 +385,10 @@ pub async fn run(
             format!(", flags {}", args.flags.join(" "))
         },
         base_rate,
-        sc.tenants
+        match load_args.tenants {
+            TenantMix::Uniform => "uniform",
+            TenantMix::Size => "size",
+        }
     );
     let phase_names: Vec<(String, u64)> =
         phases.iter().map(|p| (p.name.clone(), p.seconds)).collect();
@@ -319,16 +416,6 @@ pub async fn run(
     }
     println!("\n{md}");
 
-    let out = args.out.clone().unwrap_or_else(|| {
-        let ts = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or_default();
-        state_dir
-            .join("reports")
-            .join(format!("gameday-{}-{}-{ts}", sc.name, args.mode.variant()))
-    });
-    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     let report = Report {
         scenario: &sc,
         mode: args.mode,

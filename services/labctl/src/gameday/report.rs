@@ -15,7 +15,19 @@ pub const ROWS: &[(&str, &str, &str)] = &[
         "Gateway p99 (gateway's view, clamped at the budget)",
         "ms",
     ),
+    ("entity_p50_ms", "entity-service p50 (callee's view)", "ms"),
     ("entity_p99_ms", "entity-service p99 (callee's view)", "ms"),
+    (
+        "candidate_query_mean_ms",
+        "Hot candidate lookup, mean (PostgreSQL, entity-service's view)",
+        "ms2",
+    ),
+    (
+        "hot_plan_index_scan_min",
+        "Hot plan is an index scan (min; 0 = bitmap heap scan)",
+        "",
+    ),
+    ("dead_tuples_max", "Dead tuples in entities (max)", ""),
     ("gateway_rps", "Gateway accepted rps", "rps"),
     (
         "entity_inbound_rps",
@@ -144,6 +156,52 @@ pub fn summarize(
             "gateway_request_duration_seconds",
             0.99,
         )),
+    );
+    put(
+        "entity_p50_ms",
+        ms(s.quantile(
+            phase,
+            "entity-service",
+            "entity_service_request_duration_seconds",
+            0.50,
+        )),
+    );
+    let cand_sum = s.increase(
+        phase,
+        "entity-service",
+        "entity_db_query_duration_seconds_sum",
+        |l| super::scrape::label(l, "query") == Some("candidate"),
+    );
+    let cand_n = s.increase(
+        phase,
+        "entity-service",
+        "entity_db_query_duration_seconds_count",
+        |l| super::scrape::label(l, "query") == Some("candidate"),
+    );
+    if cand_n > 0.0 {
+        put("candidate_query_mean_ms", Some(1000.0 * cand_sum / cand_n));
+    }
+    put(
+        "hot_plan_index_scan_min",
+        s.gauge(
+            phase,
+            "entity-service",
+            "entity_db_hot_plan_index_scan",
+            all,
+            true,
+            min,
+        ),
+    );
+    put(
+        "dead_tuples_max",
+        s.gauge(
+            phase,
+            "entity-service",
+            "entity_db_dead_tuples",
+            all,
+            true,
+            max,
+        ),
     );
     put(
         "entity_p99_ms",
@@ -330,6 +388,7 @@ fn fmt(v: Option<&f64>, unit: &str) -> String {
         None => "—".into(),
         Some(v) => match unit {
             "ms" | "rps" | "MB" => format!("{v:.0}"),
+            "ms2" => format!("{v:.2}"),
             "%" => format!("{v:.1}%"),
             "x" => format!("{v:.2}×"),
             "cores" => format!("{v:.2}"),

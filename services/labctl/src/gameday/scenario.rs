@@ -24,6 +24,9 @@ pub struct Scenario {
     #[serde(default = "default_settle")]
     pub settle_seconds: u64,
     pub phases: Vec<Phase>,
+    /// labctl commands run after the last phase (e.g. `backfill --reset`), in order, waited for.
+    #[serde(default)]
+    pub cleanup: Vec<String>,
     /// Expected ranges, by mode (`legacy`, `resilient`).
     #[serde(default)]
     pub expect: BTreeMap<String, BTreeMap<String, Expectation>>,
@@ -50,7 +53,15 @@ pub struct Phase {
     /// Flags set when the phase starts: flag name → variant name.
     #[serde(default)]
     pub flags: BTreeMap<String, String>,
+    /// labctl commands started when the phase starts (e.g. `backfill --only populate`), in the
+    /// background, in order: the load does not wait for them, as production did not wait for the
+    /// 03:00 backfill.
+    #[serde(default)]
+    pub run: Vec<String>,
 }
+
+/// labctl subcommands a scenario may run: the database trigger and its remediation.
+pub const RUNNABLE: &[&str] = &["backfill", "remediate", "db"];
 
 /// `metric: {phase, min, max}`: the summary's `metric` in `phase` must fall in [min, max].
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -105,6 +116,19 @@ impl Scenario {
         let total: u64 = self.phases.iter().map(|p| p.seconds).sum();
         if total == 0 || total > 3_600 {
             bail!("phases must last 1..=3600 s in all (bounded game days), not {total}");
+        }
+        let runnable = |cmd: &str| RUNNABLE.contains(&cmd.split_whitespace().next().unwrap_or(""));
+        for cmd in self
+            .cleanup
+            .iter()
+            .chain(self.phases.iter().flat_map(|p| p.run.iter()))
+        {
+            if !runnable(cmd) {
+                bail!(
+                    "run/cleanup {cmd:?}: only `labctl {}` commands may run",
+                    RUNNABLE.join("|")
+                );
+            }
         }
         for p in &self.phases {
             if p.seconds == 0 {

@@ -261,6 +261,11 @@ impl DocStream {
         }
     }
 
+    /// Switch the tenant mix from the next document on.
+    pub(crate) fn set_uniform(&mut self, uniform: bool) {
+        self.uniform = uniform;
+    }
+
     /// Document number `index` of the stream.
     pub(crate) fn document(&mut self, index: u64) -> CorpusDoc {
         let mut rng = Rng::stream(self.plan.seed, Stream::CorpusTenants, &[index]);

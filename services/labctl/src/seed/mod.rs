@@ -351,6 +351,11 @@ impl DocumentStream {
         Ok(Self(corpus::DocStream::new(Arc::new(plan), uniform)))
     }
 
+    /// Switch the tenant mix (uniform or size-proportional) from the next document on.
+    pub fn set_uniform(&mut self, uniform: bool) {
+        self.0.set_uniform(uniform);
+    }
+
     /// Document number `index`; the corpus file holds indexes below its length, so streams
     /// should start far above it.
     pub fn document(&mut self, index: u64) -> CorpusDoc {
