@@ -200,7 +200,8 @@ def labctl_env():
 
 
 REQUIRED = {
-    "edge-gateway": {"LAB_HTTP__HOST", "LAB_DATABASE__URL", "LAB_UPSTREAM__ORCHESTRATORS", "LAB_FLAGS__REDIS_URL"},
+    "edge-gateway": {"LAB_HTTP__HOST", "LAB_DATABASE__URL", "LAB_UPSTREAM__ORCHESTRATORS", "LAB_FLAGS__REDIS_URL",
+                     "LAB_RATELIMIT__REDIS_URL"},
     "orchestrator": {"LAB_HTTP__HOST", "LAB_ENTITY__URLS", "LAB_FLAGS__REDIS_URL"},
     "entity-service": {"LAB_HTTP__HOST", "LAB_DATABASE__URL", "LAB_FLAGS__REDIS_URL"},
     "labctl": {"LAB_DATABASE_URL", "LAB_REDIS_URL"},

@@ -23,6 +23,10 @@ pub struct LabOptions {
     /// The orchestrators' cache capacity (`Some(1)`: effectively off, every extraction needs
     /// entity-service); `None` keeps the default.
     pub cache_capacity: Option<usize>,
+    /// Gateways beyond the first, sharing the same orchestrators, database and Redis.
+    pub extra_gateways: usize,
+    /// The rate limiter's Redis (`None`: the tests' Redis), e.g. a proxy a test can cut.
+    pub ratelimit_redis_url: Option<String>,
 }
 
 impl Default for LabOptions {
@@ -36,6 +40,8 @@ impl Default for LabOptions {
             max_body_bytes: 1 << 20,
             flags_namespace: format!("lab-e2e-{:016x}", rand::random::<u64>()),
             cache_capacity: None,
+            extra_gateways: 0,
+            ratelimit_redis_url: None,
         }
     }
 }
@@ -131,6 +137,8 @@ impl Drop for Running {
 }
 
 pub struct Lab {
+    /// Gateways beyond `gateway` (see [`LabOptions::extra_gateways`]).
+    pub extra_gateways: Vec<Running>,
     pub flags: lab_flags::Store,
     pub db: TestDb,
     pub gateway: Running,
@@ -186,28 +194,46 @@ impl Lab {
                 .await,
             );
         }
-        let mut s = edge_gateway::Settings::defaults().unwrap();
-        s.http.port = 0;
-        s.database.url = db.url.clone();
-        s.budget.request_ms = opts.gateway_budget_ms;
-        s.http.drain_seconds = opts.gateway_budget_ms / 1000 + 1;
-        s.auth.cache_ttl_ms = opts.auth_cache_ttl_ms;
-        s.limits.max_body_bytes = opts.max_body_bytes;
-        s.flags = flag_settings.clone();
-        s.upstream.orchestrators = orchestrators
+        let orchestrator_urls = orchestrators
             .iter()
             .map(|r| r.url.clone())
             .collect::<Vec<_>>()
             .join(",");
-        // Probe fast so rotation changes within a test's patience.
-        s.upstream.probe_interval_ms = 100;
-        s.upstream.probe_timeout_ms = 500;
-        let gateway = Running::start("edge-gateway", move || async move {
-            let app = edge_gateway::Application::build(s).await?;
-            Ok((app.port(), app.run_until_stopped(std::future::pending())))
-        })
-        .await;
+        let gateway_settings = || {
+            let mut s = edge_gateway::Settings::defaults().unwrap();
+            s.http.port = 0;
+            s.database.url = db.url.clone();
+            s.budget.request_ms = opts.gateway_budget_ms;
+            s.http.drain_seconds = opts.gateway_budget_ms / 1000 + 1;
+            s.auth.cache_ttl_ms = opts.auth_cache_ttl_ms;
+            s.limits.max_body_bytes = opts.max_body_bytes;
+            s.flags = flag_settings.clone();
+            s.ratelimit.redis_url = opts
+                .ratelimit_redis_url
+                .clone()
+                .unwrap_or_else(|| redis_url.clone());
+            s.ratelimit.namespace = opts.flags_namespace.clone();
+            s.upstream.orchestrators = orchestrator_urls.clone();
+            // Probe fast so rotation changes within a test's patience.
+            s.upstream.probe_interval_ms = 100;
+            s.upstream.probe_timeout_ms = 500;
+            s
+        };
+        let mut gateways = Vec::new();
+        for _ in 0..=opts.extra_gateways {
+            let s = gateway_settings();
+            gateways.push(
+                Running::start("edge-gateway", move || async move {
+                    let app = edge_gateway::Application::build(s).await?;
+                    Ok((app.port(), app.run_until_stopped(std::future::pending())))
+                })
+                .await,
+            );
+        }
+        let gateway = gateways.remove(0);
+        let extra_gateways = gateways;
         Lab {
+            extra_gateways,
             flags,
             db,
             gateway,

@@ -69,3 +69,14 @@ pub async fn entities(db_url: &str, rows: &[(i64, i64, &str, &str, i32)]) {
         .expect("insert entity");
     }
 }
+
+/// Set a tenant's plan rate (requests per second).
+pub async fn set_rate_limit(db_url: &str, tenant_id: i64, rps: i32) {
+    let mut conn = PgConnection::connect(db_url).await.expect("connect");
+    sqlx::query("UPDATE tenants SET rate_limit_rps = $2 WHERE id = $1")
+        .bind(tenant_id)
+        .bind(rps)
+        .execute(&mut conn)
+        .await
+        .expect("set rate limit");
+}

@@ -18,12 +18,16 @@ use sqlx::PgPool;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Tenant {
     pub id: i64,
+    /// Requests per second the tenant's plan allows (`tenants.rate_limit_rps`), cached with the
+    /// key so the rate limiter needs no query of its own.
+    pub rate_limit_rps: u32,
 }
 
 #[derive(Clone)]
 enum Cached {
     Active {
         tenant: i64,
+        rate_limit_rps: u32,
         sha256: [u8; 32],
     },
     /// Unknown or revoked: cached too, so a flood of bad keys cannot reach PostgreSQL.
@@ -81,11 +85,14 @@ impl KeyStore {
         let presented: [u8; 32] = Sha256::digest(key.as_bytes()).into();
         let entry = self.lookup(key_id).await?;
         match entry {
-            Cached::Active { tenant, sha256 }
-                if constant_time_eq::constant_time_eq_32(&sha256, &presented) =>
-            {
-                Ok(Tenant { id: tenant })
-            }
+            Cached::Active {
+                tenant,
+                rate_limit_rps,
+                sha256,
+            } if constant_time_eq::constant_time_eq_32(&sha256, &presented) => Ok(Tenant {
+                id: tenant,
+                rate_limit_rps,
+            }),
             _ => Err(("refused", ApiError::unauthorized("invalid API key"))),
         }
     }
@@ -96,8 +103,9 @@ impl KeyStore {
                 return Ok(c.clone());
             }
         }
-        let row: Option<(i64, Vec<u8>, bool)> = sqlx::query_as(
-            "SELECT tenant_id, key_sha256, revoked_at IS NOT NULL FROM api_keys WHERE key_id = $1",
+        let row: Option<(i64, Vec<u8>, bool, i32)> = sqlx::query_as(
+            "SELECT k.tenant_id, k.key_sha256, k.revoked_at IS NOT NULL, t.rate_limit_rps
+             FROM api_keys k JOIN tenants t ON t.id = k.tenant_id WHERE k.key_id = $1",
         )
         .bind(key_id)
         .fetch_optional(&self.pool)
@@ -113,8 +121,9 @@ impl KeyStore {
             )
         })?;
         let cached = match row {
-            Some((tenant, hash, false)) if hash.len() == 32 => Cached::Active {
+            Some((tenant, hash, false, rps)) if hash.len() == 32 => Cached::Active {
                 tenant,
+                rate_limit_rps: rps.max(1) as u32,
                 sha256: hash.try_into().expect("length checked"),
             },
             _ => Cached::Refused,

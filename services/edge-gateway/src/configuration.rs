@@ -15,6 +15,7 @@ pub struct Settings {
     pub limits: LimitSettings,
     pub flags: lab_flags::FlagSettings,
     pub legacy: LegacySettings,
+    pub ratelimit: crate::ratelimit::RateLimitSettings,
 }
 
 /// How the gateway behaves when `client.mode = legacy` (the postmortem's gateway).
@@ -121,6 +122,10 @@ impl Settings {
         anyhow::ensure!(
             self.upstream.failure_threshold > 0 && self.upstream.success_threshold > 0,
             "upstream thresholds must be at least 1"
+        );
+        anyhow::ensure!(
+            self.ratelimit.burst_seconds > 0.0 && self.ratelimit.deadline_ms > 0,
+            "ratelimit.burst_seconds and ratelimit.deadline_ms must be positive"
         );
         self.hop_budget()?;
         Ok(())

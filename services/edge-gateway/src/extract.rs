@@ -31,6 +31,7 @@ pub struct AppState {
     pub limits: LimitSettings,
     pub legacy: LegacySettings,
     pub flags: Arc<lab_flags::Flags>,
+    pub limiter: Arc<crate::ratelimit::RateLimiter>,
     pub attempts: IntCounterVec,
 }
 
@@ -71,6 +72,25 @@ async fn handle(
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
     let tenant = st.keys.authenticate(auth).await?;
+    if let crate::ratelimit::Decision::Limited { retry_after } =
+        st.limiter.check(tenant.id, tenant.rate_limit_rps).await
+    {
+        // Whole seconds, rounded up: `Retry-After: 0` would invite an immediate retry.
+        let secs = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
+        let mut resp = ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate_limited",
+            format!(
+                "tenant over its plan's {} requests/s; retry after {} s",
+                tenant.rate_limit_rps,
+                secs.max(1)
+            ),
+        )
+        .into_response();
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
+        return Ok(resp);
+    }
     let req = parse(headers, body)?;
     validate(&req, &st.limits)?;
 

@@ -14,11 +14,13 @@
 //! - [`startup`]: `Application::build` / `port` / `run_until_stopped`.
 //! - [`auth`]: API keys (hashes only, constant-time comparison, short-TTL cache).
 //! - [`upstream`]: orchestrator replicas in and out of rotation by `/readyz`.
+//! - [`ratelimit`]: per-tenant GCRA in Redis, shared by replicas, failing open (counted).
 //! - [`extract`]: `POST /v1/extract`.
 
 pub mod auth;
 pub mod configuration;
 pub mod extract;
+pub mod ratelimit;
 pub mod startup;
 pub mod upstream;
 

@@ -52,6 +52,7 @@ impl Application {
             &metrics,
         ));
         let flags = settings.flags.watch(&metrics).await?;
+        let limiter = crate::ratelimit::RateLimiter::new(settings.ratelimit.clone(), &metrics)?;
         let upstreams = Upstreams::new(settings.upstream.clone(), &metrics)?;
         upstreams.probe_all().await;
         let prober = AbortOnDrop(upstreams.spawn_prober());
@@ -67,6 +68,7 @@ impl Application {
             limits: settings.limits.clone(),
             legacy: settings.legacy.clone(),
             flags,
+            limiter,
             attempts: metrics.counter_vec(
                 "gateway_upstream_attempts_total",
                 "Requests the gateway sent (or could not send) to an orchestrator, by outcome",
