@@ -8,6 +8,7 @@
 //! labctl load --rate R ...       open-loop load with latency from intended send times
 //! labctl load set-rate R         change the rate of a running `labctl load`
 //! labctl flags list|get|set|reset|measure   runtime flags, and how fast a flip takes effect
+//! labctl tenants list|create-key|revoke      API keys (hashes only in the database)
 //! labctl gameday <scenario> --mode legacy|resilient   a scenario, scraped and summarized
 //! ```
 
@@ -21,6 +22,7 @@ mod load;
 mod remediate;
 mod seed;
 mod supervise;
+mod tenants;
 #[cfg(test)]
 mod trigger_test;
 
@@ -86,6 +88,11 @@ enum Command {
         gateway: String,
         #[arg(long, default_value_t = 3)]
         count: usize,
+    },
+    /// Tenants and their API keys: list, create a key, revoke a key.
+    Tenants {
+        #[command(subcommand)]
+        command: tenants::TenantsCommand,
     },
     /// Runtime flags: list, get, set, reset, and measure propagation to every replica.
     Flags {
@@ -307,6 +314,7 @@ async fn main() -> anyhow::Result<()> {
             )
             .await?;
         }
+        Command::Tenants { command } => tenants::run(command, &cli.database_url).await?,
         Command::Flags { command } => flags::run(command, &cli.redis_url, &cli.state_dir).await?,
         Command::Supervise { plan } => supervise::supervise(&plan).await?,
     }
