@@ -225,7 +225,7 @@ async fn a_budgeted_request_stops_its_query_in_postgres_and_an_unbudgeted_one_do
 }
 
 #[tokio::test]
-async fn a_budget_that_cannot_cover_the_work_is_refused_before_any_work() {
+async fn an_already_spent_budget_is_refused_before_any_work() {
     let db = TestDb::new().await;
     seed(&db).await;
     let base = spawn(&db).await;
@@ -262,4 +262,81 @@ async fn a_budget_that_cannot_cover_the_work_is_refused_before_any_work() {
         !metrics.contains("entity_db_query_duration_seconds_count{query=\"exact\"}"),
         "no query ran"
     );
+}
+
+#[tokio::test]
+async fn a_budget_below_the_recent_cost_of_the_work_is_refused_before_any_query() {
+    use sqlx::{Connection, Executor};
+    let db = TestDb::new().await;
+    seed(&db).await;
+    let base = spawn(&db).await;
+    let req = ResolveRequest {
+        doc_id: "d".into(),
+        tenant: 1,
+        locale: None,
+        spans: vec![span("vega labs", "organization")],
+    };
+    let client = reqwest::Client::new();
+    // Make the work really slow once: hold the table for ~300 ms while an unbudgeted request
+    // runs. Its handler time becomes the replica's cost estimate (the first observation).
+    let mut locker = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    locker.execute("BEGIN").await.unwrap();
+    locker
+        .execute("LOCK TABLE entities IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    let release = tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        locker.execute("ROLLBACK").await.unwrap();
+    });
+    let slow = client
+        .post(format!("{base}/v1/resolve"))
+        .json(&req)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(slow.status(), 200);
+    release.await.unwrap();
+
+    let queries = |m: &str| {
+        m.lines()
+            .find(|l| l.starts_with("entity_db_query_duration_seconds_count{query=\"exact\"}"))
+            .and_then(|l| l.rsplit_once(' '))
+            .map(|(_, v)| v.parse::<f64>().unwrap())
+            .unwrap_or(0.0)
+    };
+    let before = queries(
+        &client
+            .get(format!("{base}/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap(),
+    );
+
+    // 100 ms is plenty for the lookup now (the lock is gone), but below what this replica's
+    // recent requests cost: refused at once, nothing sent to PostgreSQL.
+    let resp = client
+        .post(format!("{base}/v1/resolve"))
+        .header("x-request-budget-ms", "100")
+        .json(&req)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 408);
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "budget_exhausted");
+    let after = queries(
+        &client
+            .get(format!("{base}/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap(),
+    );
+    assert_eq!(after, before, "no query ran for the refused request");
 }
