@@ -66,6 +66,15 @@ pub fn load_from<T: DeserializeOwned>(
     })
 }
 
+/// A comma-separated list of base URLs (`LAB_ENTITY__URLS`, `LAB_UPSTREAM__ORCHESTRATORS`):
+/// trimmed, trailing slashes removed, empty items dropped.
+pub fn url_list(list: &str) -> Vec<String> {
+    list.split(',')
+        .map(|u| u.trim().trim_end_matches('/').to_string())
+        .filter(|u| !u.is_empty())
+        .collect()
+}
+
 /// The few facts we need from a TOML defaults file without pulling a TOML parser of our own:
 /// its `[section]` names.
 mod toml_like {
@@ -114,6 +123,15 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn url_list_trims_and_drops_empty_items() {
+        assert_eq!(
+            url_list(" http://a:1/, ,http://b:2 ,"),
+            vec!["http://a:1", "http://b:2"]
+        );
+        assert!(url_list("").is_empty());
     }
 
     #[test]

@@ -206,8 +206,3 @@ pub async fn track(State(m): State<HttpMetrics>, req: Request, next: Next) -> Re
     m.observe(resp.status(), guard.start.elapsed().as_secs_f64());
     resp
 }
-
-/// A status to use when a request has no response yet.
-pub fn client_closed() -> StatusCode {
-    StatusCode::from_u16(499).expect("valid status")
-}

@@ -57,11 +57,7 @@ pub struct UpstreamSettings {
 
 impl UpstreamSettings {
     pub fn url_list(&self) -> Vec<String> {
-        self.orchestrators
-            .split(',')
-            .map(|u| u.trim().trim_end_matches('/').to_string())
-            .filter(|u| !u.is_empty())
-            .collect()
+        lab_core::config::url_list(&self.orchestrators)
     }
 }
 

@@ -29,11 +29,7 @@ pub struct EntitySettings {
 
 impl EntitySettings {
     pub fn url_list(&self) -> Vec<String> {
-        self.urls
-            .split(',')
-            .map(|u| u.trim().trim_end_matches('/').to_string())
-            .filter(|u| !u.is_empty())
-            .collect()
+        lab_core::config::url_list(&self.urls)
     }
 }
 

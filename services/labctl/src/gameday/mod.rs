@@ -270,10 +270,8 @@ pub async fn run(
         if phase != current {
             current = phase;
             let p = &sc.phases[phase];
-            if phase > 0 || !p.flags.is_empty() {
-                for (f, v) in &p.flags {
-                    store.set(f, v).await?;
-                }
+            for (f, v) in &p.flags {
+                store.set(f, v).await?;
             }
             control.set(p.rate.unwrap_or(base_rate))?;
             if !p.run.is_empty() {
