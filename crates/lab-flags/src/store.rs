@@ -77,6 +77,25 @@ impl Store {
         Ok(())
     }
 
+    /// Remove one stored value (the flag goes back to its default) and tell every watcher.
+    pub async fn unset(&self, flag: &str) -> anyhow::Result<()> {
+        let mut c = self.conn().await?;
+        let _: () = redis::pipe()
+            .atomic()
+            .cmd("HDEL")
+            .arg(&self.hash_key)
+            .arg(flag)
+            .ignore()
+            .cmd("PUBLISH")
+            .arg(&self.channel)
+            .arg(flag)
+            .ignore()
+            .query_async(&mut c)
+            .await
+            .context("writing the flag store")?;
+        Ok(())
+    }
+
     /// Remove every stored value (all flags back to their defaults) and tell every watcher.
     pub async fn reset(&self) -> anyhow::Result<()> {
         let mut c = self.conn().await?;

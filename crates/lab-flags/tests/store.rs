@@ -51,8 +51,18 @@ async fn set_reaches_every_watcher_without_a_restart() {
     eventually(|| a.snapshot().variant("client.mode") == "legacy").await;
     eventually(|| !b.snapshot().enabled("retries.entity.enabled")).await;
 
-    store.reset().await.unwrap();
+    store.unset("client.mode").await.unwrap();
     eventually(|| a.snapshot().variant("client.mode") == "resilient").await;
+    assert!(
+        !store.read_all().await.unwrap().contains_key("client.mode"),
+        "unset removes the value"
+    );
+    assert!(
+        !b.snapshot().enabled("retries.entity.enabled"),
+        "unset touches one flag only"
+    );
+
+    store.reset().await.unwrap();
     eventually(|| b.snapshot().enabled("retries.entity.enabled")).await;
 }
 

@@ -164,10 +164,8 @@ async fn measure(
     }
     match original {
         Some(v) => store.set(flag, &v).await?,
-        None => {
-            // Put the flag back to "unset" by restoring its default variant.
-            store.set(flag, &def.default_variant).await?
-        }
+        // It was never set: leave it unset again, so `flags list` still says "(default)".
+        None => store.unset(flag).await?,
     }
     let mut sorted = samples.clone();
     sorted.sort_by(f64::total_cmp);
