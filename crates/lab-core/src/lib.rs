@@ -7,6 +7,7 @@
 //! - [`telemetry`]: structured JSON logs through `tracing`.
 //! - [`metrics`]: one Prometheus registry per service, process and runtime collectors, and the
 //!   HTTP request metrics middleware.
+//! - [`exposition`]: reading the Prometheus text format back (game days, tests).
 //! - [`health`]: the shallow `/livez` and `/readyz` (postmortem, "Code After": readiness answers
 //!   "can THIS process serve a request?", never "is my dependency happy?").
 //! - [`http`]: the `{error: {code, message}}` body, a JSON extractor whose rejections use it, and
@@ -15,6 +16,7 @@
 
 pub mod call;
 pub mod config;
+pub mod exposition;
 pub mod health;
 pub mod http;
 pub mod metrics;

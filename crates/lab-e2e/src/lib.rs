@@ -289,15 +289,8 @@ impl Lab {
 
 /// Sum every sample of `name` whose label set contains `label_filter` (e.g. `result="hit"`).
 pub fn sum_metric(text: &str, name: &str, label_filter: &str) -> f64 {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let (series, value) = l.rsplit_once(' ')?;
-            let (metric, labels) = match series.split_once('{') {
-                Some((m, rest)) => (m, rest),
-                None => (series, ""),
-            };
-            (metric == name && labels.contains(label_filter)).then(|| value.parse::<f64>().ok())?
-        })
+    lab_core::exposition::samples(text)
+        .filter(|s| s.name == name && s.labels.contains(label_filter))
+        .map(|s| s.value)
         .sum()
 }

@@ -34,12 +34,8 @@ pub struct Tick {
 
 /// Parse the Prometheus text format into `series → value` (`name{labels}` as exposed).
 pub fn parse(text: &str) -> HashMap<String, f64> {
-    text.lines()
-        .filter(|l| !l.starts_with('#') && !l.is_empty())
-        .filter_map(|l| {
-            let (series, value) = l.rsplit_once(' ')?;
-            Some((series.to_string(), value.parse::<f64>().ok()?))
-        })
+    lab_core::exposition::samples(text)
+        .map(|s| (s.series(), s.value))
         .collect()
 }
 
@@ -60,21 +56,8 @@ pub fn client() -> reqwest::Client {
         .expect("HTTP client")
 }
 
-/// The metric name and the raw label text of a series key.
-fn split(key: &str) -> (&str, &str) {
-    match key.split_once('{') {
-        Some((name, rest)) => (name, rest.trim_end_matches('}')),
-        None => (key, ""),
-    }
-}
-
-/// A label's value in raw label text (`status="200",le="0.5"`).
-pub fn label<'a>(labels: &'a str, name: &str) -> Option<&'a str> {
-    let needle = format!("{name}=\"");
-    let start = labels.find(&needle)? + needle.len();
-    let end = labels[start..].find('"')? + start;
-    Some(&labels[start..end])
-}
+pub use lab_core::exposition::label;
+use lab_core::exposition::split_series as split;
 
 /// Per-phase computations over the ticks.
 pub struct Series<'a> {
