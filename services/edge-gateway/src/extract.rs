@@ -106,7 +106,10 @@ async fn handle(
         locale: req.locale,
         doc_type: req.doc_type,
     };
-    let body = serde_json::to_vec(&internal).map_err(|e| ApiError::internal(e.to_string()))?;
+    // Bytes: every attempt (3 in legacy mode) shares this buffer instead of copying it.
+    let body = bytes::Bytes::from(
+        serde_json::to_vec(&internal).map_err(|e| ApiError::internal(e.to_string()))?,
+    );
     let deadline = started + budget;
 
     let forward = forward(st, &body, deadline, request_id, user_deadline_ms);
@@ -250,7 +253,7 @@ enum Attempt {
 /// retry).
 async fn forward(
     st: &AppState,
-    body: &[u8],
+    body: &bytes::Bytes,
     deadline: Instant,
     request_id: &str,
     user_deadline_ms: u128,
@@ -272,7 +275,7 @@ async fn forward(
 async fn attempt_once(
     st: &AppState,
     policy: &Policy,
-    body: &[u8],
+    body: &bytes::Bytes,
     deadline: Instant,
     request_id: &str,
     user_deadline_ms: u128,
@@ -297,7 +300,7 @@ async fn attempt_once(
             .header(header::CONTENT_TYPE, "application/json")
             .header(headers::REQUEST_ID, request_id)
             .header(headers::OBSERVE_USER_DEADLINE, user_deadline_ms.to_string())
-            .body(body.to_vec());
+            .body(body.clone());
         if policy.propagate_budget {
             rb = rb.header(headers::REQUEST_BUDGET_MS, left.as_millis().to_string());
         }
