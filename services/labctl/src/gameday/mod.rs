@@ -9,6 +9,7 @@
 pub mod report;
 pub mod scenario;
 pub mod scrape;
+mod targets;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -20,6 +21,7 @@ use crate::load::{self, DocSource, Docs, LoadArgs, RateControl, TenantMix};
 use crate::seed::ApiKeyRecord;
 use crate::supervise;
 use scrape::{Series, Target, Tick};
+use targets::parse_targets;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
 pub enum Mode {
@@ -175,7 +177,7 @@ pub async fn run(
         extra.push((flag.to_string(), variant.to_string()));
     }
     let (targets, restarts_before) = match &args.targets {
-        Some(list) => (parse_targets(list)?, 0),
+        Some(list) => (parse_targets(list).await?, 0),
         None => {
             let Some(state) = supervise::read_state(state_dir)? else {
                 bail!("no lab is up: start one with `labctl up` (or name the replicas with --targets)");
@@ -437,33 +439,6 @@ pub async fn run(
     Ok(())
 }
 
-/// `edge-gateway=http://127.0.0.1:8080,orchestrator=http://orchestrator-1:8080,...`.
-fn parse_targets(list: &str) -> anyhow::Result<Vec<Target>> {
-    let mut out: Vec<Target> = Vec::new();
-    for item in list.split(',').map(str::trim).filter(|i| !i.is_empty()) {
-        let (service, url) = item
-            .split_once('=')
-            .with_context(|| format!("--targets {item:?}: use service=url"))?;
-        if !["edge-gateway", "orchestrator", "entity-service"].contains(&service) {
-            bail!(
-                "--targets {item:?}: service must be edge-gateway, orchestrator or entity-service"
-            );
-        }
-        let n = out.iter().filter(|t| t.service == service).count() + 1;
-        out.push(Target {
-            service: service.to_string(),
-            replica: format!("{service}-{n}"),
-            url: url.trim_end_matches('/').to_string(),
-        });
-    }
-    for service in ["edge-gateway", "orchestrator", "entity-service"] {
-        if !out.iter().any(|t| t.service == service) {
-            bail!("--targets names no {service} replica");
-        }
-    }
-    Ok(out)
-}
-
 /// Wait (bounded) until every target reports `flag = variant`.
 async fn wait_applied(
     http: &reqwest::Client,
@@ -515,31 +490,4 @@ fn write_series(path: &Path, targets: &[Target], ticks: &[Tick]) -> anyhow::Resu
         )?;
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parse_targets_names_replicas_and_requires_every_tier() {
-        let t = parse_targets(
-            "edge-gateway=http://127.0.0.1:8080, orchestrator=http://o1:8080,orchestrator=http://o2:8080/,entity-service=http://e1:8080",
-        )
-        .unwrap();
-        let names: Vec<&str> = t.iter().map(|t| t.replica.as_str()).collect();
-        assert_eq!(
-            names,
-            [
-                "edge-gateway-1",
-                "orchestrator-1",
-                "orchestrator-2",
-                "entity-service-1"
-            ]
-        );
-        assert_eq!(t[2].url, "http://o2:8080");
-        assert!(parse_targets("edge-gateway=http://a,orchestrator=http://b").is_err());
-        assert!(parse_targets("gateway=http://a").is_err());
-        assert!(parse_targets("edge-gateway").is_err());
-    }
 }
