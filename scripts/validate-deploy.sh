@@ -27,7 +27,13 @@
 #      is one the service reads (services/*/config/defaults.toml + its configuration structs), and
 #      the required ones are set; labctl's variables come from its clap `env =` attributes
 #   9. the Prometheus contract compose relies on (deploy/prometheus/prometheus.yml reads rules/*.yml
-#      and targets/native/<job>.json; deploy/docker/prometheus-targets has the same three files)
+#      and targets/native/<job>.json; deploy/docker/prometheus-targets has the same files)
+#  10. every replica reachable: a headless Service per Deployment of k8s/base (selector, not-ready
+#      pods published); k8s/jobs/gameday.yaml (not in any kustomization) validated, its dns+ targets
+#      naming real headless Services, its env checked; Prometheus has a kind job per Deployment and a
+#      compose file_sd target per lab container; doc.ingested created with 12 partitions
+#  A service whose crate is not in the tree yet is skipped by section 8 with a printed NOTE; names
+#  announced for a service but not read by its code yet are printed as PENDING (PENDING below).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -84,7 +90,22 @@ import yaml
 
 ROOT = os.environ["ROOT"]
 WORK = os.environ["WORK"]
-SERVICES = ["edge-gateway", "orchestrator", "entity-service"]
+SERVICES = ["edge-gateway", "orchestrator", "entity-service", "enrichment"]
+
+
+def crate_absent(service):
+    """A service whose crate is not in the tree yet (enrichment, issue 5, lands during issue 7):
+    its contract cannot be read, so its containers are skipped with a printed note."""
+    return not os.path.exists(os.path.join(ROOT, f"services/{service}/config/defaults.toml"))
+
+
+# Names a manifest already sets for a service whose code does not read them YET (announced by
+# another issue). Setting them is harmless (lab_core::config ignores a section the service does
+# not have); each one is printed as PENDING, and the exemption ends by itself when the code reads it.
+PENDING = {
+    "orchestrator": {"LAB_KAFKA__BROKERS", "LAB_KAFKA__TOPIC"},   # issue 5: doc.ingested publisher
+}
+PENDING_SEEN = set()
 FAIL = []
 
 
@@ -204,12 +225,13 @@ REQUIRED = {
                      "LAB_RATELIMIT__REDIS_URL"},
     "orchestrator": {"LAB_HTTP__HOST", "LAB_ENTITY__URLS", "LAB_FLAGS__REDIS_URL"},
     "entity-service": {"LAB_HTTP__HOST", "LAB_DATABASE__URL", "LAB_FLAGS__REDIS_URL"},
+    "enrichment": {"LAB_HTTP__HOST", "LAB_DATABASE__URL", "LAB_KAFKA__BROKERS", "LAB_FLAGS__REDIS_URL"},
     "labctl": {"LAB_DATABASE_URL", "LAB_REDIS_URL"},
 }
 
 
 def binary_of_image(image):
-    m = re.search(r"(edge-gateway|orchestrator|entity-service|labctl)(?::|$|@)", image or "")
+    m = re.search(r"(edge-gateway|orchestrator|entity-service|enrichment|labctl)(?::|$|@)", image or "")
     return m.group(1) if m else None
 
 
@@ -225,7 +247,9 @@ def check_env_set(where, binary, env):
             section = name[4:].split("__", 1)[0].lower() if "__" in name else None
             # Variables outside the service's sections are ignored by lab_core::config (by design:
             # scripts' own LAB_* names); inside a section an unknown key fails at startup.
-            if name not in valid:
+            if name not in valid and name in PENDING.get(binary, set()):
+                PENDING_SEEN.add((binary, name))
+            elif name not in valid:
                 fail(f"{where}: {name} is not read by {binary} "
                      f"({'unknown key in [' + section + ']' if section in sections else 'no such section'}; "
                      f"valid: services/{binary}/config/defaults.toml)")
@@ -255,14 +279,21 @@ def k8s_containers(docs):
 
 
 def cmd_env(render_files):
-    print(f"  services read: " + "; ".join(f"{s}: {len(valid_env(s)[0])} names" for s in SERVICES)
+    absent = [s for s in SERVICES if crate_absent(s)]
+    for s in absent:
+        print(f"  NOTE services/{s} is not in the tree yet: its containers are NOT checked (skipped)")
+    print(f"  services read: " + "; ".join(f"{s}: {len(valid_env(s)[0])} names" for s in SERVICES if s not in absent)
           + f"; labctl: {sorted(labctl_env())}")
+    skipped = 0
     # compose
     compose = yaml.safe_load(open(os.path.join(ROOT, "docker-compose.yml")))
     n = 0
     for name, svc in compose["services"].items():
         b = binary_of_image(svc.get("image", ""))
         if not b:
+            continue
+        if b in absent:
+            skipped += 1
             continue
         env = svc.get("environment", {})
         if isinstance(env, list):
@@ -274,10 +305,16 @@ def cmd_env(render_files):
         docs = [d for d in yaml.safe_load_all(open(path)) if d]
         m = 0
         for where, b, env in k8s_containers(docs):
-            if b:
+            if b in absent:
+                skipped += 1
+            elif b:
                 check_env_set(f"{label} {where}", b, env)
                 m += 1
         print(f"  {label}: {m} lab containers checked")
+    if skipped:
+        print(f"  NOTE {skipped} containers of {absent} skipped: crate absent")
+    for b, name in sorted(PENDING_SEEN):
+        print(f"  PENDING {b} does not read {name} yet (announced; set in the manifests, not verified)")
 
 
 # ------------------------------------------------------------------ helm == kustomize
@@ -414,6 +451,16 @@ def cmd_docker_inputs():
         if not allowed:
             fail(f"the code embeds {r} at compile time but .dockerignore does not let it through")
     print(f"  compile-time inputs outside the crates: {sorted(need)}; COPY and .dockerignore cover them")
+    # Every BIN compose builds is copied out of the builder stage (else: COPY --from=builder fails).
+    built = set(re.findall(r"target/release/([\w-]+)", df))
+    compose = yaml.safe_load(open(os.path.join(ROOT, "docker-compose.yml")))
+    bins = {(svc.get("build") or {}).get("args", {}).get("BIN") for svc in compose["services"].values()} - {None}
+    for b in sorted(bins - built):
+        fail(f"docker-compose.yml builds BIN={b} but deploy/docker/Dockerfile does not copy target/release/{b} to /out")
+    for b in sorted(bins):
+        if not os.path.exists(os.path.join(ROOT, "services", b, "Cargo.toml")):
+            print(f"  NOTE BIN={b}: services/{b} is not in the tree yet")
+    print(f"  binaries copied from the builder: {sorted(built)} cover compose's BINs {sorted(bins)}")
 
 
 # ------------------------------------------------------------------ Prometheus contract
@@ -464,6 +511,83 @@ def cmd_prometheus():
     print(f"  compose mounts match deploy/prometheus/prometheus.yml (rules/*.yml, targets/native/{{{','.join(mine)}}})")
 
 
+# ------------------------------------------------------------------ every replica reachable
+def cmd_replicas(base_render, kind_render, job_file):
+    base = [d for d in yaml.safe_load_all(open(base_render)) if d]
+    kind = [d for d in yaml.safe_load_all(open(kind_render)) if d]
+    deployments = {d["metadata"]["name"]: d for d in base if d["kind"] == "Deployment"}
+    # 1. each service of the base has a headless Service over exactly its pods (Helm == Kustomize
+    #    is proven in section 4, so the chart has them too).
+    svcs = {d["metadata"]["name"]: d for d in kind if d["kind"] == "Service"}
+    for name, dep in sorted(deployments.items()):
+        h = svcs.get(f"{name}-headless")
+        if not h:
+            fail(f"k8s/base: no Service {name}-headless for Deployment/{name}: a game day cannot see its replicas")
+            continue
+        spec = h["spec"]
+        if spec.get("clusterIP") != "None" or spec.get("publishNotReadyAddresses") is not True:
+            fail(f"Service/{name}-headless: needs clusterIP: None and publishNotReadyAddresses: true")
+        if spec.get("selector") != dep["spec"]["selector"]["matchLabels"]:
+            fail(f"Service/{name}-headless selects {spec.get('selector')}, Deployment/{name} is {dep['spec']['selector']['matchLabels']}")
+    print(f"  ok   headless Service per Deployment: {sorted(deployments)}")
+    # 2. the game-day Job's targets name real headless Services and ports; its env is labctl's.
+    job = [d for d in yaml.safe_load_all(open(job_file)) if d]
+    for where, b, env in k8s_containers(kind + job):
+        if not where.startswith("Job/gameday"):
+            continue
+        check_env_set(f"k8s/jobs/gameday.yaml {where}", b, env)
+        targets = env.get("LAB_GAMEDAY_TARGETS")
+        if b != "labctl" or targets is None:
+            continue
+        seen = set()
+        for item in [i.strip() for i in targets.split(",") if i.strip()]:
+            service, url = item.split("=", 1)
+            seen.add(service)
+            m = re.match(r"dns\+https?://([^:/]+):(\d+)", url)
+            if url.startswith("dns+") and not m:
+                fail(f"k8s/jobs/gameday.yaml: {item}: use dns+http://name:port")
+            if m:
+                h = svcs.get(m.group(1))
+                if not h or h["spec"].get("clusterIP") != "None":
+                    fail(f"k8s/jobs/gameday.yaml: {m.group(1)} is not a headless Service of the kind lab")
+                elif int(m.group(2)) not in [p["port"] for p in h["spec"]["ports"]]:
+                    fail(f"k8s/jobs/gameday.yaml: {m.group(1)} has no port {m.group(2)}")
+                elif h["spec"]["selector"].get("app.kubernetes.io/name") != service:
+                    fail(f"k8s/jobs/gameday.yaml: {item}: the Service selects {h['spec']['selector']}, not {service}")
+        missing = {"edge-gateway", "orchestrator", "entity-service"} - seen
+        if missing:
+            fail(f"k8s/jobs/gameday.yaml: LAB_GAMEDAY_TARGETS names no {sorted(missing)}")
+        print(f"  ok   k8s/jobs/gameday.yaml targets: {targets}")
+    # 3. Prometheus scrapes every replica: a kind job per Deployment (pod discovery), and in compose
+    #    every lab service container is in a file_sd target.
+    kp = yaml.safe_load(open(os.path.join(ROOT, "k8s/overlays/kind/prometheus/prometheus.yml")))
+    kjobs = {sc["job_name"] for sc in kp["scrape_configs"]}
+    for name in sorted(set(deployments) - kjobs):
+        fail(f"k8s/overlays/kind/prometheus/prometheus.yml has no job for Deployment/{name}")
+    compose = yaml.safe_load(open(os.path.join(ROOT, "docker-compose.yml")))
+    scraped = set()
+    for f in glob.glob(os.path.join(ROOT, "deploy/docker/prometheus-targets/*.json")):
+        for group in json.load(open(f)):
+            scraped |= {t.split(":")[0] for t in group["targets"]}
+    for name, svc in sorted(compose["services"].items()):
+        b = binary_of_image(svc.get("image", ""))
+        if b and b != "labctl" and name not in scraped:
+            fail(f"docker-compose.yml service {name} ({b}) is in no deploy/docker/prometheus-targets file")
+    print(f"  ok   Prometheus: kind jobs {sorted(kjobs)}; compose replicas {sorted(scraped)}")
+    # 4. doc.ingested has the postmortem's 12 partitions wherever it is created.
+    kinit = [d for d in kind if d["kind"] == "Job" and d["metadata"]["name"] == "kafka-init"]
+    for where, args in [("docker-compose.yml kafka-init", compose["services"]["kafka-init"]["command"])] + \
+            [("kind Job/kafka-init", c.get("args", [])) for j in kinit for c in j["spec"]["template"]["spec"]["containers"]]:
+        a = [str(x) for x in args]
+        ok = "--topic" in a and a[a.index("--topic") + 1] == "doc.ingested" \
+            and "--partitions" in a and a[a.index("--partitions") + 1] == "12"
+        if not ok:
+            fail(f"{where}: must create doc.ingested with --partitions 12")
+    if not kinit:
+        fail("kind overlay: no Job/kafka-init")
+    print("  ok   doc.ingested x 12 partitions (compose kafka-init, kind Job/kafka-init)")
+
+
 if __name__ == "__main__":
     cmd = sys.argv[1]
     if cmd == "sync":
@@ -478,6 +602,8 @@ if __name__ == "__main__":
         cmd_docker_inputs()
     elif cmd == "prometheus":
         cmd_prometheus()
+    elif cmd == "replicas":
+        cmd_replicas(*sys.argv[2:5])
     sys.exit(1 if FAIL else 0)
 PYEOF
 
@@ -606,5 +732,11 @@ run_py env "kustomize:kind=$WORK/kustomize-kind.yaml" "kustomize:legacy=$WORK/ku
 
 say "9. Prometheus contract (compose mounts vs deploy/prometheus/prometheus.yml)"
 run_py prometheus
+
+say "10. every replica reachable: headless Services, k8s/jobs/gameday.yaml, Prometheus jobs, doc.ingested x12"
+"$VENV/bin/kubernetes-validate" --strict --quiet --no-warn -k "$K8S_VERSION" k8s/jobs/gameday.yaml >/dev/null \
+  || { "$VENV/bin/kubernetes-validate" --strict --quiet -k "$K8S_VERSION" k8s/jobs/gameday.yaml; die "kubernetes-validate failed for k8s/jobs/gameday.yaml"; }
+echo "  ok   k8s/jobs/gameday.yaml passes kubernetes-validate --strict"
+run_py replicas "$WORK/kustomize-base.yaml" "$WORK/kustomize-kind.yaml" k8s/jobs/gameday.yaml
 
 say "all deployment checks passed"
