@@ -27,6 +27,17 @@ pub struct LabOptions {
     pub extra_gateways: usize,
     /// The rate limiter's Redis (`None`: the tests' Redis), e.g. a proxy a test can cut.
     pub ratelimit_redis_url: Option<String>,
+    /// The orchestrators publish `doc.ingested` events here (`None`: publishing off).
+    pub kafka: Option<KafkaTarget>,
+}
+
+/// Where the orchestrators publish: brokers, a (per-test) topic, and how many events may wait.
+#[derive(Debug, Clone)]
+pub struct KafkaTarget {
+    pub brokers: String,
+    pub topic: String,
+    pub queue_max_events: u32,
+    pub delivery_timeout_ms: u64,
 }
 
 impl Default for LabOptions {
@@ -42,6 +53,7 @@ impl Default for LabOptions {
             cache_capacity: None,
             extra_gateways: 0,
             ratelimit_redis_url: None,
+            kafka: None,
         }
     }
 }
@@ -185,6 +197,14 @@ impl Lab {
             s.flags = flag_settings.clone();
             if let Some(c) = opts.cache_capacity {
                 s.cache.capacity = c;
+            }
+            if let Some(k) = &opts.kafka {
+                s.kafka.brokers = k.brokers.clone();
+                s.kafka.topic = k.topic.clone();
+                s.kafka.queue_max_events = k.queue_max_events;
+                s.kafka.delivery_timeout_ms = k.delivery_timeout_ms;
+                // One event per batch: exact watermarks on tansu (crates/lab-kafka/src/lag.rs).
+                s.kafka.batch_max_events = 1;
             }
             orchestrators.push(
                 Running::start("orchestrator", move || async move {

@@ -5,8 +5,10 @@
 //!   from testcontainers when a Docker engine is reachable (laptops); else the local default
 //!   `postgres://postgres@127.0.0.1:5432/postgres`.
 //! - [`fixtures`]: tenants with API keys, entities.
-//! - [`redis_url`]: the same rule for Redis.
+//! - [`redis_url`]: the same rule for Redis; [`kafka_bootstrap`] for Kafka (`KAFKA_BOOTSTRAP`,
+//!   e.g. the tansu broker scripts/deps.sh starts).
 
+pub mod broker;
 pub mod fixtures;
 
 use std::sync::OnceLock;
@@ -15,6 +17,7 @@ use rand::Rng;
 
 const LOCAL_POSTGRES: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 const LOCAL_REDIS: &str = "redis://127.0.0.1:6379";
+const LOCAL_KAFKA: &str = "127.0.0.1:9092";
 
 /// Is a Docker engine reachable? Only then do tests start containers.
 pub fn docker_engine_available() -> bool {
@@ -45,6 +48,23 @@ pub async fn redis_url() -> String {
         return containers::redis().await;
     }
     LOCAL_REDIS.to_string()
+}
+
+/// The Kafka bootstrap servers tests use (`host:port`).
+pub async fn kafka_bootstrap() -> String {
+    if let Ok(servers) = std::env::var("KAFKA_BOOTSTRAP") {
+        return servers;
+    }
+    if docker_engine_available() {
+        return containers::kafka().await;
+    }
+    LOCAL_KAFKA.to_string()
+}
+
+/// A name no other test (or earlier run against the same long-lived broker) uses: topics and
+/// consumer groups are per test.
+pub fn unique_name(prefix: &str) -> String {
+    format!("{prefix}-{:016x}", rand::rng().random::<u64>())
 }
 
 /// Replace the database name in a PostgreSQL URL.
@@ -107,6 +127,23 @@ mod containers {
 
     static PG: OnceLock<String> = OnceLock::new();
     static REDIS: OnceLock<String> = OnceLock::new();
+    static KAFKA: OnceLock<String> = OnceLock::new();
+
+    pub async fn kafka() -> String {
+        if let Some(u) = KAFKA.get() {
+            return u.clone();
+        }
+        let c = testcontainers_modules::kafka::apache::Kafka::default()
+            .start()
+            .await
+            .expect("starting a Kafka container");
+        let port = c
+            .get_host_port_ipv4(testcontainers_modules::kafka::apache::KAFKA_PORT)
+            .await
+            .expect("container port");
+        std::mem::forget(c);
+        KAFKA.get_or_init(|| format!("127.0.0.1:{port}")).clone()
+    }
 
     pub async fn postgres() -> String {
         if let Some(u) = PG.get() {

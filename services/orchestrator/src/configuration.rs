@@ -18,6 +18,7 @@ pub struct Settings {
     pub resilient: ResilientSettings,
     pub legacy: LegacySettings,
     pub flags: lab_flags::FlagSettings,
+    pub kafka: lab_kafka::ProducerSettings,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -107,6 +108,7 @@ impl Settings {
             self.legacy.max_conns_per_host > 0,
             "legacy.max_conns_per_host must be at least 1"
         );
+        self.kafka.validate()?;
         self.hop_table()?;
         Ok(())
     }

@@ -6,11 +6,13 @@ use std::time::Duration;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
+use lab_api::events::{DocIngested, Mention};
 use lab_api::headers;
 use lab_api::wire::{
     ExtractResponse, ExtractedEntity, InternalExtractRequest, Resolution, ResolveRequest,
 };
 use lab_core::http::{ApiError, JsonBody};
+use lab_kafka::EventProducer;
 
 use lab_core::call::CallContext;
 use tokio::time::Instant;
@@ -26,6 +28,8 @@ pub struct AppState {
     pub batch_size: usize,
     /// `orchestrator.dispatch` total from the hop table: what this hop promises its caller.
     pub dispatch_total: Duration,
+    /// `doc.ingested` publishing (None: off).
+    pub events: Option<Arc<EventProducer>>,
 }
 
 pub async fn extract(
@@ -121,11 +125,53 @@ pub async fn extract(
         }
     }
     entities.sort_by_key(|e| e.start);
+    if let Some(events) = &st.events {
+        let event = DocIngested {
+            event_id: ctx
+                .request_id
+                .clone()
+                .unwrap_or_else(|| format!("orchestrator-{:032x}", rand::random::<u128>())),
+            doc_id: req.doc_id.clone(),
+            tenant_id: req.tenant_id,
+            locale: req.locale.clone(),
+            mentions: mentions(&entities),
+            unresolved,
+            spans: units.len(),
+            cache_hits: units.len() - misses.len(),
+            duration_ms: now.elapsed().as_secs_f64() * 1e3,
+            extracted_at_unix_ms: unix_ms(),
+        };
+        // Never waits on the broker: queued or dropped-and-counted, then on with the answer.
+        let payload = serde_json::to_vec(&event).expect("an event always serializes");
+        events.publish(
+            &req.doc_id,
+            &payload,
+            &[(headers::REQUEST_ID, &event.event_id)],
+        );
+    }
     Ok(Json(ExtractResponse {
         doc_id: req.doc_id,
         entities,
         unresolved,
     }))
+}
+
+/// Each resolved entity once with its number of mentions, by entity id.
+fn mentions(entities: &[ExtractedEntity]) -> Vec<Mention> {
+    let mut counts: std::collections::BTreeMap<i64, u32> = Default::default();
+    for e in entities {
+        *counts.entry(e.entity.id).or_default() += 1;
+    }
+    counts
+        .into_iter()
+        .map(|(entity_id, count)| Mention { entity_id, count })
+        .collect()
+}
+
+fn unix_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
 }
 
 fn key(req: &InternalExtractRequest, normalized: &str) -> CacheKey {

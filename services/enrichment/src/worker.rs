@@ -1,0 +1,431 @@
+//! The consumer loop.
+//!
+//! One event at a time: receive, apply (retrying the write until it succeeds — never skipping a
+//! well-formed event), then store its offset. librdkafka commits stored offsets every second, on
+//! every rebalance and at shutdown (`enable.auto.offset.store = false`, `enable.auto.commit =
+//! true`): an offset is never committed before its write, so a worker killed at any instant loses
+//! nothing — the events after its last commit are read again by the partition's next owner and
+//! found already applied.
+//!
+//! Metrics (the names the alert `EnrichmentConsumerLagGrowing` and the Enrichment dashboard read):
+//!
+//! | metric | labels | meaning |
+//! |---|---|---|
+//! | `enrichment_events_total` | `outcome` | `applied`, `duplicate` (a redelivery, changed nothing), `invalid` (not a `doc.ingested` event: logged and skipped) |
+//! | `enrichment_event_duration_seconds` | | one event's transaction, retries included |
+//! | `enrichment_event_age_seconds` | | extraction finished → enrichment applied: the lag in time |
+//! | `enrichment_consumer_lag` | `partition` | log end − committed offset, per partition this worker owns ([`lab_kafka::lag`]) |
+//! | `enrichment_rebalances_total` | `kind` | `assign`, `revoke`, `error` |
+//! | `enrichment_assigned_partitions` | | partitions this worker owns now |
+//! | `enrichment_write_retries_total` | | writes that failed and were retried (PostgreSQL down, a deadlock) |
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use lab_api::events::DocIngested;
+use lab_core::metrics::Metrics;
+use prometheus::{
+    Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+};
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{
+    BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer,
+};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{BorrowedMessage, Message};
+use rdkafka::{ClientContext, TopicPartitionList};
+use tokio::sync::watch;
+
+use crate::configuration::Settings;
+use crate::store::{self, Applied, Origin};
+
+/// The flag that pauses consumption (deploy/flags/flags.json).
+pub const PAUSE_FLAG: &str = "fault.enrichment.paused";
+
+/// How often the loop looks at the pause flag: the flag store's own propagation is ~5 ms, so
+/// 250 ms keeps a pause well inside a game-day step without spinning.
+const PAUSE_CHECK: Duration = Duration::from_millis(250);
+
+#[derive(Clone)]
+pub struct WorkerMetrics {
+    applied: IntCounter,
+    duplicate: IntCounter,
+    invalid: IntCounter,
+    duration: Histogram,
+    age: Histogram,
+    lag: IntGaugeVec,
+    rebalances: IntCounterVec,
+    assigned: IntGauge,
+    write_retries: IntCounter,
+}
+
+impl WorkerMetrics {
+    pub fn new(m: &Metrics) -> Self {
+        let events = m.counter_vec(
+            "enrichment_events_total",
+            "doc.ingested events handled, by outcome (applied, duplicate, invalid)",
+            &["outcome"],
+        );
+        Self {
+            applied: events.with_label_values(&["applied"]),
+            duplicate: events.with_label_values(&["duplicate"]),
+            invalid: events.with_label_values(&["invalid"]),
+            duration: m.register(
+                Histogram::with_opts(
+                    HistogramOpts::new(
+                        "enrichment_event_duration_seconds",
+                        "Time to apply one event (its transaction, retries included)",
+                    )
+                    .buckets(vec![
+                        0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
+                        30.0,
+                    ]),
+                )
+                .expect("valid metric"),
+            ),
+            age: m.register(
+                Histogram::with_opts(
+                    HistogramOpts::new(
+                        "enrichment_event_age_seconds",
+                        "From the extraction's end to its enrichment: the consumer lag in time",
+                    )
+                    // Milliseconds when keeping up, up to the tens of minutes of a starved group.
+                    .buckets(vec![
+                        0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0,
+                    ]),
+                )
+                .expect("valid metric"),
+            ),
+            lag: m.register(
+                IntGaugeVec::new(
+                    Opts::new(
+                        "enrichment_consumer_lag",
+                        "Events between the group's committed offset and the log end, per partition this worker owns",
+                    ),
+                    &["partition"],
+                )
+                .expect("valid metric"),
+            ),
+            rebalances: m.counter_vec(
+                "enrichment_rebalances_total",
+                "Consumer-group rebalances this worker took part in (assign, revoke, error)",
+                &["kind"],
+            ),
+            assigned: m.gauge(
+                "enrichment_assigned_partitions",
+                "Partitions of doc.ingested this worker owns",
+            ),
+            write_retries: m.register(
+                IntCounter::new(
+                    "enrichment_write_retries_total",
+                    "Event writes that failed and were retried (the event is never skipped)",
+                )
+                .expect("valid metric"),
+            ),
+        }
+    }
+}
+
+/// librdkafka's callbacks (rebalances run inside `recv`, on the loop's task).
+pub struct WorkerContext {
+    metrics: WorkerMetrics,
+    paused: AtomicBool,
+    /// Per partition: the last offset received + 1 (the lag's log-end floor, see lab_kafka::lag).
+    consumed_end: Mutex<HashMap<i32, i64>>,
+}
+
+impl ClientContext for WorkerContext {}
+
+impl ConsumerContext for WorkerContext {
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        match rebalance {
+            Rebalance::Revoke(tpl) => {
+                self.metrics.rebalances.with_label_values(&["revoke"]).inc();
+                // Hand the partitions over with every applied event committed, so the next owner
+                // re-reads as little as possible (correctness does not depend on it).
+                commit_stored(consumer, "partitions revoked");
+                let mut ends = self.consumed_end.lock().expect("not poisoned");
+                for e in tpl.elements() {
+                    ends.remove(&e.partition());
+                    let _ = self
+                        .metrics
+                        .lag
+                        .remove_label_values(&[&e.partition().to_string()]);
+                }
+                tracing::info!(partitions = ?partitions_of(tpl), "partitions revoked");
+            }
+            Rebalance::Assign(_) => {}
+            Rebalance::Error(e) => {
+                self.metrics.rebalances.with_label_values(&["error"]).inc();
+                tracing::warn!(error = %e, "rebalance error");
+            }
+        }
+    }
+
+    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Assign(tpl) = rebalance {
+            self.metrics.rebalances.with_label_values(&["assign"]).inc();
+            if self.paused.load(Ordering::SeqCst) && tpl.count() > 0 {
+                if let Err(e) = consumer.pause(tpl) {
+                    tracing::warn!(error = %e, "could not pause newly assigned partitions");
+                }
+            }
+            tracing::info!(partitions = ?partitions_of(tpl), "partitions assigned");
+        }
+        let owned = consumer.assignment().map_or(0, |a| a.count());
+        self.metrics.assigned.set(owned as i64);
+    }
+}
+
+fn partitions_of(tpl: &TopicPartitionList) -> Vec<i32> {
+    tpl.elements().iter().map(|e| e.partition()).collect()
+}
+
+fn commit_stored<C: ConsumerContext>(consumer: &impl Consumer<C>, why: &str) {
+    match consumer.commit_consumer_state(CommitMode::Sync) {
+        Ok(()) => {}
+        // Nothing stored since the last commit.
+        Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => {}
+        Err(e) => tracing::warn!(error = %e, why, "committing stored offsets failed"),
+    }
+}
+
+pub type WorkerConsumer = StreamConsumer<WorkerContext>;
+
+/// Create the consumer and join the group.
+pub fn consumer(
+    settings: &Settings,
+    metrics: WorkerMetrics,
+) -> anyhow::Result<Arc<WorkerConsumer>> {
+    let k = &settings.kafka;
+    let servers = lab_kafka::bootstrap_servers(&k.brokers)
+        .ok_or_else(|| anyhow::anyhow!("kafka.brokers is empty"))?;
+    let consumer: WorkerConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &servers)
+        .set("group.id", &k.group_id)
+        // At-least-once: offsets are stored by the loop after the write, committed by librdkafka.
+        .set("enable.auto.offset.store", "false")
+        .set("enable.auto.commit", "true")
+        // One second of applied-but-uncommitted events is what a kill re-reads (and finds applied).
+        .set("auto.commit.interval.ms", "1000")
+        // A group with no committed offset (first start, new topic) reads from the beginning:
+        // events published before any worker ran are enriched too.
+        .set("auto.offset.reset", "earliest")
+        .set("session.timeout.ms", k.session_timeout_ms.to_string())
+        .set(
+            "heartbeat.interval.ms",
+            (k.session_timeout_ms / 3).max(1).to_string(),
+        )
+        .create_with_context(WorkerContext {
+            metrics,
+            paused: AtomicBool::new(false),
+            consumed_end: Mutex::new(HashMap::new()),
+        })
+        .map_err(|e| anyhow::anyhow!("kafka consumer for {servers}: {e}"))?;
+    consumer
+        .subscribe(&[&k.topic])
+        .map_err(|e| anyhow::anyhow!("subscribing to {}: {e}", k.topic))?;
+    Ok(Arc::new(consumer))
+}
+
+/// Everything the loop needs.
+pub struct Worker {
+    pub consumer: Arc<WorkerConsumer>,
+    pub pool: deadpool_postgres::Pool,
+    pub flags: Arc<lab_flags::Flags>,
+    pub settings: Settings,
+}
+
+impl Worker {
+    /// Run until `stop` turns true: finish the event in hand, commit, return. The caller drops
+    /// the consumer afterwards, which leaves the group (its partitions move at once rather than
+    /// after the session timeout).
+    pub async fn run(self, mut stop: watch::Receiver<bool>) {
+        let lag = tokio::spawn(lag_loop(
+            self.consumer.clone(),
+            self.settings.kafka.topic.clone(),
+            Duration::from_millis(self.settings.kafka.lag_interval_ms),
+        ));
+        let mut check = tokio::time::interval(PAUSE_CHECK);
+        check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                biased;
+                _ = stop.changed() => break,
+                _ = check.tick() => self.sync_pause(),
+                msg = self.consumer.recv() => match msg {
+                    Ok(msg) => {
+                        if !self.handle(&msg, &mut stop).await {
+                            break;
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "kafka consumer error");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                },
+            }
+        }
+        lag.abort();
+        let consumer = self.consumer.clone();
+        let _ =
+            tokio::task::spawn_blocking(move || commit_stored(consumer.as_ref(), "shutdown")).await;
+        tracing::info!("enrichment worker stopped; offsets committed");
+    }
+
+    /// Pause or resume every owned partition to follow the flag.
+    fn sync_pause(&self) {
+        let want = self.flags.snapshot().enabled(PAUSE_FLAG);
+        let ctx = self.consumer.context();
+        if ctx.paused.swap(want, Ordering::SeqCst) == want {
+            return;
+        }
+        let owned = match self.consumer.assignment() {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the assignment failed");
+                return;
+            }
+        };
+        let res = if want {
+            self.consumer.pause(&owned)
+        } else {
+            self.consumer.resume(&owned)
+        };
+        match res {
+            Ok(()) => {
+                tracing::info!(paused = want, partitions = ?partitions_of(&owned), "flag {PAUSE_FLAG}")
+            }
+            Err(e) => tracing::warn!(error = %e, paused = want, "pause/resume failed"),
+        }
+    }
+
+    /// Apply one message and store its offset. `false`: stopping (the write could not finish
+    /// before shutdown; its offset stays unstored, so the event is read again).
+    async fn handle(&self, msg: &BorrowedMessage<'_>, stop: &mut watch::Receiver<bool>) -> bool {
+        let (partition, offset) = (msg.partition(), msg.offset());
+        {
+            let mut ends = self
+                .consumer
+                .context()
+                .consumed_end
+                .lock()
+                .expect("not poisoned");
+            let end = ends.entry(partition).or_insert(0);
+            *end = (*end).max(offset + 1);
+        }
+        let m = &self.consumer.context().metrics;
+        let started = Instant::now();
+        match msg.payload().map(serde_json::from_slice::<DocIngested>) {
+            Some(Ok(event)) => {
+                let origin = Origin { partition, offset };
+                let Some(applied) = self.apply_until_done(&event, origin, stop).await else {
+                    return false;
+                };
+                match applied {
+                    Applied::New => m.applied.inc(),
+                    Applied::Duplicate => m.duplicate.inc(),
+                }
+                m.duration.observe(started.elapsed().as_secs_f64());
+                let now_ms = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as i64);
+                m.age
+                    .observe((now_ms - event.extracted_at_unix_ms).max(0) as f64 / 1000.0);
+            }
+            other => {
+                // A poison message must not stall its partition: count, log, move on.
+                m.invalid.inc();
+                let why = match other {
+                    None => "empty payload".to_string(),
+                    Some(Err(e)) => e.to_string(),
+                    Some(Ok(_)) => unreachable!(),
+                };
+                tracing::warn!(partition, offset, error = %why, "skipping a message that is not a doc.ingested event");
+            }
+        }
+        if let Err(e) = self.consumer.store_offset_from_message(msg) {
+            // The partition was revoked meanwhile: its next owner re-reads this event and finds
+            // it applied.
+            tracing::warn!(partition, offset, error = %e, "could not store the offset");
+        }
+        true
+    }
+
+    /// The write, retried with capped exponential backoff until it succeeds or the worker stops.
+    async fn apply_until_done(
+        &self,
+        event: &DocIngested,
+        origin: Origin,
+        stop: &mut watch::Receiver<bool>,
+    ) -> Option<Applied> {
+        let e = &self.settings.enrich;
+        let mut backoff = Duration::from_millis(e.retry_initial_ms);
+        loop {
+            let attempt = async {
+                let mut client = self.pool.get().await.map_err(|e| e.to_string())?;
+                store::apply(&mut client, event, origin, e.max_entities_for_pairs)
+                    .await
+                    .map_err(|e| e.to_string())
+            };
+            match attempt.await {
+                Ok(applied) => return Some(applied),
+                Err(err) => {
+                    self.consumer.context().metrics.write_retries.inc();
+                    tracing::warn!(
+                        error = %err,
+                        event_id = %event.event_id,
+                        retry_in_ms = backoff.as_millis() as u64,
+                        "enrichment write failed; retrying"
+                    );
+                }
+            }
+            tokio::select! {
+                _ = stop.changed() => return None,
+                _ = tokio::time::sleep(backoff) => {}
+            }
+            backoff = (backoff * 2).min(Duration::from_millis(e.retry_max_ms));
+        }
+    }
+}
+
+/// Every `interval`: the lag of each owned partition (blocking broker round trips, off the async
+/// threads).
+async fn lag_loop(consumer: Arc<WorkerConsumer>, topic: String, interval: Duration) {
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let (c, t) = (consumer.clone(), topic.clone());
+        let res = tokio::task::spawn_blocking(move || {
+            let owned = c.assignment()?;
+            let partitions: Vec<i32> = owned
+                .elements_for_topic(&t)
+                .iter()
+                .map(|e| e.partition())
+                .collect();
+            let ends = c
+                .context()
+                .consumed_end
+                .lock()
+                .expect("not poisoned")
+                .clone();
+            lab_kafka::lag::measure(c.as_ref(), &t, &partitions, &ends, interval)
+        })
+        .await;
+        match res {
+            Ok(Ok(lags)) => {
+                let gauge = &consumer.context().metrics.lag;
+                for l in lags {
+                    gauge
+                        .with_label_values(&[&l.partition.to_string()])
+                        .set(l.lag);
+                }
+            }
+            Ok(Err(e)) => tracing::warn!(error = %e, "measuring consumer lag failed"),
+            Err(e) => tracing::warn!(error = %e, "lag task failed"),
+        }
+    }
+}
