@@ -35,6 +35,56 @@ pub struct AppState {
     pub attempts: IntCounterVec,
 }
 
+/// Extract the entities a document mentions.
+///
+/// Checked in this order, each failing fast: the API key (401), the tenant's rate (429), the
+/// content type (415), the body's size (413) and shape (400); then the request is forwarded
+/// within the 3 s budget (504 when it runs out).
+#[utoipa::path(
+    post,
+    path = "/v1/extract",
+    tag = "extraction",
+    security(("api_key" = [])),
+    params((
+        "X-Request-Id" = Option<String>, Header, nullable = false,
+        description = "Your id for this request (1..=128 visible ASCII characters), echoed back; \
+                       one is made when absent or unusable.",
+    )),
+    request_body(
+        content = crate::openapi::schema::ExtractRequest,
+        content_type = "application/json",
+        description = "Also accepted as `application/<anything>+json`. At most 1 MiB.",
+    ),
+    responses(
+        (status = 200, description = "The entities found.",
+         body = crate::openapi::schema::ExtractResponse),
+        (status = 400, description = "`invalid_request`: malformed JSON, a missing, unknown or \
+         mistyped field, a field outside its limits, or an unreadable body.",
+         body = crate::openapi::schema::ErrorBody),
+        (status = 401, description = "`unauthorized`: missing, malformed, unknown or revoked \
+         API key.", body = crate::openapi::schema::ErrorBody),
+        (status = 413, description = "`payload_too_large`: the body is over 1 MiB.",
+         body = crate::openapi::schema::ErrorBody),
+        (status = 415, description = "`unsupported_media_type`: the body is not declared JSON.",
+         body = crate::openapi::schema::ErrorBody),
+        (status = 429, description = "`rate_limited`: the tenant is over its plan's requests \
+         per second.", body = crate::openapi::schema::ErrorBody,
+         headers(("Retry-After" = u64))),
+        (status = 500, description = "`internal`: the gateway could not encode the forwarded \
+         request (a bug; not expected).", body = crate::openapi::schema::ErrorBody),
+        (status = 502, description = "`upstream_failed`, `bad_upstream_response`, \
+         `decode_error`: an upstream answered nonsense or dropped the connection.",
+         body = crate::openapi::schema::ErrorBody),
+        (status = 503, description = "Temporarily unable; retry later with backoff. \
+         `auth_unavailable` (keys cannot be verified), `no_ready_upstream`, or the entity \
+         store's state: `entity_unavailable`, `transport_error`, `upstream_error`, \
+         `breaker_open`, `retry_budget_exhausted`, `concurrency_limited`, \
+         `attempt_timed_out`.", body = crate::openapi::schema::ErrorBody),
+        (status = 504, description = "`deadline_exceeded` or `no_budget`: the request did not \
+         complete within its 3 s budget; the work below was cancelled.",
+         body = crate::openapi::schema::ErrorBody),
+    ),
+)]
 pub async fn extract(
     State(st): State<AppState>,
     headers: HeaderMap,
@@ -194,7 +244,8 @@ fn validate(req: &ExtractRequest, limits: &LimitSettings) -> Result<(), ApiError
         }
     }
     if let Some(t) = &req.doc_type {
-        if t.is_empty() || t.len() > 64 {
+        let len = t.chars().count();
+        if len == 0 || len > 64 {
             return Err(ApiError::bad_request("doc_type: must be 1..=64 characters"));
         }
     }

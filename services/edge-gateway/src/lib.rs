@@ -16,10 +16,12 @@
 //! - [`upstream`]: orchestrator replicas in and out of rotation by `/readyz`.
 //! - [`ratelimit`]: per-tenant GCRA in Redis, shared by replicas, failing open (counted).
 //! - [`extract`]: `POST /v1/extract`.
+//! - [`openapi`]: the OpenAPI document, served at `GET /openapi.json`.
 
 pub mod auth;
 pub mod configuration;
 pub mod extract;
+pub mod openapi;
 pub mod ratelimit;
 pub mod startup;
 pub mod upstream;

@@ -4,7 +4,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::routing::post;
+use axum::routing::{get, post};
 use axum::Router;
 use lab_core::health::Health;
 use lab_core::metrics::{self, HttpMetrics, Metrics};
@@ -87,6 +87,11 @@ impl Application {
                 request_metrics,
                 metrics::track,
             ));
+        // Outside the layers above: the document is not an extraction and has no body limit.
+        let docs = Router::new()
+            .route("/openapi.json", get(crate::openapi::openapi_json))
+            .with_state(Arc::<str>::from(crate::openapi::document()));
+        let api = api.merge(docs);
         let server = Server::bind(&settings.http, api, Health::new(), metrics).await?;
         Ok(Self { server, prober })
     }
