@@ -84,6 +84,9 @@ run_step observability "see scripts/observability-check.sh's output above" \
     bash scripts/observability-check.sh
 run_step deploy "see scripts/validate-deploy.sh's output above (--sync regenerates copied files)" \
     bash scripts/validate-deploy.sh
+# A real gateway fuzzed against its own OpenAPI document (~1,100 requests, ~30 s once built).
+run_step schemathesis "a 5xx is a gateway bug; a conformance failure: openapi.json vs the code" \
+    bash scripts/schemathesis.sh
 run_step test "see the failing tests above; services: $DATABASE_URL, $REDIS_URL, $KAFKA_BOOTSTRAP" \
     cargo test --workspace "$@"
 
