@@ -33,12 +33,14 @@ impl Application {
         )?;
         let flags = settings.flags.watch(&metrics).await?;
         let consumer = worker::consumer(&settings, WorkerMetrics::new(&metrics))?;
+        let offsets_reader = worker::offsets_reader(&settings)?;
         let server = Server::bind(&settings.http, Router::new(), Health::new(), metrics).await?;
         Ok(Self {
             server,
             drain: Duration::from_secs(settings.http.drain_seconds),
             worker: Worker {
                 consumer,
+                offsets_reader,
                 pool,
                 flags,
                 settings,

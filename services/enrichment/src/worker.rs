@@ -48,6 +48,10 @@ pub const PAUSE_FLAG: &str = "fault.enrichment.paused";
 /// 250 ms keeps a pause well inside a game-day step without spinning.
 const PAUSE_CHECK: Duration = Duration::from_millis(250);
 
+/// Bound on one lag measurement's broker round trips (milliseconds on loopback; a hung broker
+/// must not stall the loop for longer).
+const LAG_QUERY_TIMEOUT: Duration = Duration::from_secs(5);
+
 #[derive(Clone)]
 pub struct WorkerMetrics {
     applied: IntCounter,
@@ -194,6 +198,20 @@ fn commit_stored<C: ConsumerContext>(consumer: &impl Consumer<C>, why: &str) {
 
 pub type WorkerConsumer = StreamConsumer<WorkerContext>;
 
+/// A client for the lag's offset queries: the group id, never subscribed, never committing.
+pub fn offsets_reader(settings: &Settings) -> anyhow::Result<Arc<BaseConsumer>> {
+    let k = &settings.kafka;
+    let servers = lab_kafka::bootstrap_servers(&k.brokers)
+        .ok_or_else(|| anyhow::anyhow!("kafka.brokers is empty"))?;
+    let reader: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &servers)
+        .set("group.id", &k.group_id)
+        .set("enable.auto.commit", "false")
+        .create()
+        .map_err(|e| anyhow::anyhow!("kafka offsets reader for {servers}: {e}"))?;
+    Ok(Arc::new(reader))
+}
+
 /// Create the consumer and join the group.
 pub fn consumer(
     settings: &Settings,
@@ -233,6 +251,8 @@ pub fn consumer(
 /// Everything the loop needs.
 pub struct Worker {
     pub consumer: Arc<WorkerConsumer>,
+    /// Reads the group's committed offsets and the watermarks for the lag (see [`lag_loop`]).
+    pub offsets_reader: Arc<BaseConsumer>,
     pub pool: deadpool_postgres::Pool,
     pub flags: Arc<lab_flags::Flags>,
     pub settings: Settings,
@@ -245,6 +265,7 @@ impl Worker {
     pub async fn run(self, mut stop: watch::Receiver<bool>) {
         let lag = tokio::spawn(lag_loop(
             self.consumer.clone(),
+            self.offsets_reader.clone(),
             self.settings.kafka.topic.clone(),
             Duration::from_millis(self.settings.kafka.lag_interval_ms),
         ));
@@ -392,13 +413,21 @@ impl Worker {
 }
 
 /// Every `interval`: the lag of each owned partition (blocking broker round trips, off the async
-/// threads).
-async fn lag_loop(consumer: Arc<WorkerConsumer>, topic: String, interval: Duration) {
+/// threads). The offsets are read by a client of their own that carries the group id but never
+/// joins: on the consumer's own connection every query would wait behind its fetch long-poll
+/// (brokers answer a connection's requests in order; `fetch.wait.max.ms` is 500 ms), which made
+/// twelve partitions' queries time out while the worker was consuming (seen in the pause test).
+async fn lag_loop(
+    consumer: Arc<WorkerConsumer>,
+    reader: Arc<BaseConsumer>,
+    topic: String,
+    interval: Duration,
+) {
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let (c, t) = (consumer.clone(), topic.clone());
+        let (c, r, t) = (consumer.clone(), reader.clone(), topic.clone());
         let res = tokio::task::spawn_blocking(move || {
             let owned = c.assignment()?;
             let partitions: Vec<i32> = owned
@@ -412,7 +441,7 @@ async fn lag_loop(consumer: Arc<WorkerConsumer>, topic: String, interval: Durati
                 .lock()
                 .expect("not poisoned")
                 .clone();
-            lab_kafka::lag::measure(c.as_ref(), &t, &partitions, &ends, interval)
+            lab_kafka::lag::measure(r.as_ref(), &t, &partitions, &ends, LAG_QUERY_TIMEOUT)
         })
         .await;
         match res {

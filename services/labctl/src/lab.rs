@@ -27,6 +27,15 @@ pub struct UpArgs {
     pub orchestrator_port: u16,
     #[arg(long, default_value_t = 8201)]
     pub entity_port: u16,
+    /// enrichment workers (consumer group enrichment-workers; 2 share the 12 partitions).
+    #[arg(long, default_value_t = 2)]
+    pub enrichment_workers: u16,
+    #[arg(long, default_value_t = 8301)]
+    pub enrichment_port: u16,
+    /// Kafka brokers for doc.ingested (scripts/deps.sh runs tansu on 127.0.0.1:9092); empty:
+    /// no publishing and no enrichment workers.
+    #[arg(long, env = "KAFKA_BOOTSTRAP", default_value = "127.0.0.1:9092")]
+    pub kafka: String,
     /// Where the service binaries are (default: next to labctl itself).
     #[arg(long)]
     pub bin_dir: Option<PathBuf>,
@@ -82,10 +91,17 @@ pub fn plan(args: &UpArgs, database_url: &str, state_dir: &Path) -> anyhow::Resu
         .map(|p| url(*p))
         .collect::<Vec<_>>()
         .join(",");
+    let kafka = lab_kafka::bootstrap_servers(&args.kafka);
     for (i, port) in orch_ports.iter().enumerate() {
         let mut env = BTreeMap::new();
         env.insert("LAB_HTTP__PORT".into(), port.to_string());
         env.insert("LAB_ENTITY__URLS".into(), entity_urls.clone());
+        if let Some(k) = &kafka {
+            env.insert("LAB_KAFKA__BROKERS".into(), k.clone());
+            // One event per batch: tansu's high watermark is wrong after a batched produce, which
+            // would falsify the enrichment lag (crates/lab-kafka/src/lag.rs).
+            env.insert("LAB_KAFKA__BATCH_MAX_EVENTS".into(), "1".into());
+        }
         passthrough(&mut env);
         procs.push(ProcSpec {
             name: format!("orchestrator-{}", i + 1),
@@ -112,6 +128,22 @@ pub fn plan(args: &UpArgs, database_url: &str, state_dir: &Path) -> anyhow::Resu
             port,
             env,
         });
+    }
+    if let Some(k) = &kafka {
+        for i in 0..args.enrichment_workers {
+            let port = args.enrichment_port + i;
+            let mut env = BTreeMap::new();
+            env.insert("LAB_HTTP__PORT".into(), port.to_string());
+            env.insert("LAB_DATABASE__URL".into(), database_url.to_string());
+            env.insert("LAB_KAFKA__BROKERS".into(), k.clone());
+            passthrough(&mut env);
+            procs.push(ProcSpec {
+                name: format!("enrichment-{}", i + 1),
+                binary: "enrichment".into(),
+                port,
+                env,
+            });
+        }
     }
     Ok(Plan {
         bin_dir,
@@ -145,6 +177,21 @@ pub async fn up(args: &UpArgs, database_url: &str, state_dir: &Path) -> anyhow::
         })?;
     }
     lab_db::prepare(database_url).await?;
+    if let Some(k) = lab_kafka::bootstrap_servers(&args.kafka) {
+        use lab_api::events::{DOC_INGESTED_PARTITIONS, DOC_INGESTED_TOPIC};
+        let ensured = lab_kafka::topic::ensure(
+            &k,
+            DOC_INGESTED_TOPIC,
+            DOC_INGESTED_PARTITIONS,
+            1,
+            Duration::from_secs(10),
+        )
+        .await
+        .with_context(|| {
+            format!("Kafka at {k} (scripts/deps.sh starts one; --kafka '' runs the lab without)")
+        })?;
+        println!("kafka: {DOC_INGESTED_TOPIC} x{DOC_INGESTED_PARTITIONS} on {k} ({ensured:?})");
+    }
     let pid = supervise::spawn_supervisor(&plan)?;
     println!(
         "supervisor started (pid {pid}); logs in {}",

@@ -103,6 +103,16 @@ pub const ROWS: &[(&str, &str, &str)] = &[
         "",
     ),
     ("retry_budget_tokens_min", "Retry budget tokens (min)", ""),
+    (
+        "enrichment_lag_max",
+        "Enrichment consumer lag, all partitions (max; off the request path)",
+        "",
+    ),
+    (
+        "enrichment_eps",
+        "Enrichment events applied per second",
+        "rps",
+    ),
 ];
 
 pub type PhaseSummary = BTreeMap<String, f64>;
@@ -380,6 +390,29 @@ pub fn summarize(
             min,
         ),
     );
+    // Summed over the workers (each reports the partitions it owns): the group's total backlog,
+    // what `kafka-consumer-groups.sh --describe` adds up. The postmortem's false lead 3.
+    put(
+        "enrichment_lag_max",
+        s.gauge(
+            phase,
+            "enrichment",
+            "enrichment_consumer_lag",
+            all,
+            false,
+            max,
+        ),
+    );
+    if s.targets.iter().any(|t| t.service == "enrichment") {
+        put(
+            "enrichment_eps",
+            Some(
+                s.increase(phase, "enrichment", "enrichment_events_total", |l| {
+                    super::scrape::label(l, "outcome") == Some("applied")
+                }) / seconds,
+            ),
+        );
+    }
     out
 }
 
