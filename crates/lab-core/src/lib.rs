@@ -4,7 +4,9 @@
 //! - [`config`]: layered configuration — the service's defaults file (compiled in, every number
 //!   with a comment saying why), then an optional `LAB_CONFIG_FILE`, then `LAB_SECTION__KEY`
 //!   environment variables.
-//! - [`telemetry`]: structured JSON logs through `tracing`.
+//! - [`telemetry`]: structured JSON logs through `tracing`; OpenTelemetry traces over OTLP when
+//!   `OTEL_EXPORTER_OTLP_ENDPOINT` is set; W3C `traceparent` in and out of HTTP headers and any
+//!   string key/value carrier (Kafka); an in-memory span recorder for tests.
 //! - [`metrics`]: one Prometheus registry per service, process and runtime collectors, and the
 //!   HTTP request metrics middleware.
 //! - [`exposition`]: reading the Prometheus text format back (game days, tests).

@@ -12,6 +12,7 @@ use prometheus::proto::MetricFamily;
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
 };
+use tracing::Instrument as _;
 
 /// Latency buckets for a callee's own view: they reach far past the gateway's 3 s budget (up to
 /// 60 s) because the postmortem's entity-service p99 was 6.9 s while the gateway could only ever
@@ -133,10 +134,14 @@ impl Collector for RuntimeCollector {
     }
 }
 
-/// Request count and duration for one service's API routes, by status code.
+/// Request count and duration for one service's API routes, by status code — and, when traces are
+/// on, the server span of each request (see [`track`]).
 #[derive(Clone)]
 pub struct HttpMetrics {
     inner: Arc<HttpMetricsInner>,
+    /// The server span's name (the postmortem's, e.g. `orchestrator.Extract`); `None`:
+    /// `"{method} {path}"`.
+    span_name: Option<&'static str>,
 }
 
 struct HttpMetricsInner {
@@ -167,7 +172,15 @@ impl HttpMetrics {
                     &format!("Requests {what} currently being handled"),
                 ),
             }),
+            span_name: None,
         }
+    }
+
+    /// Name the server span of every request through [`track`] (the names the postmortem's
+    /// Jaeger waterfall shows: `edge-gateway.HandleExtract`, `orchestrator.Extract`).
+    pub fn with_span_name(mut self, name: &'static str) -> Self {
+        self.span_name = Some(name);
+        self
     }
 
     pub fn observe(&self, status: StatusCode, seconds: f64) {
@@ -180,11 +193,17 @@ impl HttpMetrics {
 /// Middleware: count and time every request through the layer it wraps. A request whose client
 /// disconnects is dropped by the server before it completes; it is counted as status 499
 /// (nginx's "client closed request") so those requests stay visible.
+///
+/// When traces are on it also opens the request's server span, a child of the caller's
+/// `traceparent`, and marks it an error on a 5xx or a hang-up — what tail sampling keeps. The span
+/// ends when the handler returns or is dropped, so a handler whose caller hung up ends its span
+/// then: anything it started that is still running afterwards is a child outliving its parent.
 pub async fn track(State(m): State<HttpMetrics>, req: Request, next: Next) -> Response {
     struct Guard {
         m: HttpMetrics,
         start: Instant,
         done: bool,
+        span: tracing::Span,
     }
     impl Drop for Guard {
         fn drop(&mut self) {
@@ -192,17 +211,54 @@ pub async fn track(State(m): State<HttpMetrics>, req: Request, next: Next) -> Re
             if !self.done {
                 let code = StatusCode::from_u16(499).expect("valid status");
                 self.m.observe(code, self.start.elapsed().as_secs_f64());
+                self.span.record("http.response.status_code", 499);
+                self.span.record("otel.status_code", "ERROR");
+                self.span
+                    .record("otel.status_description", "client closed request");
             }
         }
     }
+    let span = if crate::telemetry::enabled() {
+        server_span(&m, &req)
+    } else {
+        tracing::Span::none()
+    };
     m.inner.in_flight.inc();
     let mut guard = Guard {
         m: m.clone(),
         start: Instant::now(),
         done: false,
+        span: span.clone(),
     };
-    let resp = next.run(req).await;
+    let resp = next.run(req).instrument(span).await;
     guard.done = true;
     m.observe(resp.status(), guard.start.elapsed().as_secs_f64());
+    guard
+        .span
+        .record("http.response.status_code", resp.status().as_u16());
+    if resp.status().is_server_error() {
+        guard.span.record("otel.status_code", "ERROR");
+    }
     resp
+}
+
+/// The server span of one request: named by [`HttpMetrics::with_span_name`], parented by the
+/// request's `traceparent`.
+fn server_span(m: &HttpMetrics, req: &Request) -> tracing::Span {
+    let name = m
+        .span_name
+        .map(std::borrow::Cow::Borrowed)
+        .unwrap_or_else(|| format!("{} {}", req.method(), req.uri().path()).into());
+    let span = tracing::info_span!(
+        "http.server",
+        otel.name = %name,
+        otel.kind = "server",
+        http.request.method = %req.method(),
+        url.path = req.uri().path(),
+        http.response.status_code = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+        otel.status_description = tracing::field::Empty,
+    );
+    crate::telemetry::propagation::set_parent_from_headers(&span, req.headers());
+    span
 }
