@@ -36,6 +36,7 @@ use crate::error::Error;
 use crate::metrics::{outcome, retry_class, ChildSpan, ClientMetrics};
 use crate::pool::HostPool;
 use crate::retryability::is_retryable;
+use entity_client::spans;
 
 /// Longest 4xx body kept in an error.
 const ERROR_BODY_KEPT: usize = 512;
@@ -198,13 +199,18 @@ impl Client {
         };
         // The parent stays in this (the caller's) future; the child goes with the work.
         let (parent, child) = self.inner.metrics.span_pair();
-        // A root span: like `context.Background()`, the detached work is cut off from the
-        // caller's trace ("A Trace With No Parent").
+        // The span is opened HERE, in the caller's context — a child of `orchestrator.Extract`,
+        // in the end user's trace — and then carried into the detached task below. So when the
+        // caller is gone, its trace shows what the postmortem's Jaeger waterfall showed at 10:41:
+        // "The gateway span ends at 3.0 s. Its child span keeps going to 9.8 s." (What
+        // `context.Background()` cut in Go was the cancellation and the deadline; the trace shows
+        // the orphan precisely because the span still hangs under its dead parent.)
         let span = tracing::info_span!(
-            parent: None,
             "entity.Resolve",
             doc_id = %meta.doc_id,
             request_id = meta.request_id.as_deref().unwrap_or(""),
+            otel.status_code = tracing::field::Empty,
+            otel.status_description = tracing::field::Empty,
         );
         let inner = self.inner.clone();
         // LAB-BUG(orphaned-work): `http.NewRequestWithContext(context.Background(), ...)` — "The
@@ -220,6 +226,9 @@ impl Client {
         let task = tokio::spawn(
             async move {
                 let out = inner.run(body, &meta, max_attempts, &child).await;
+                if let Err(e) = &out {
+                    spans::record_outcome(&tracing::Span::current(), None, Some(e));
+                }
                 // The work's span ends here; if the caller already went away, it is an orphan.
                 drop(child);
                 out
@@ -270,7 +279,21 @@ impl Inner {
         loop {
             let target =
                 &self.targets[self.next.fetch_add(1, Ordering::Relaxed) % self.targets.len()];
-            let result = self.attempt(target, body.clone(), meta).await;
+            // `entity.Resolve.attempt.N`: in the caller's trace, ending whenever the request
+            // does — 10 s after it started, if that is what it takes.
+            let span = spans::attempt(attempt, &target.url);
+            let result = self
+                .attempt(target, body.clone(), meta, &span)
+                .instrument(span.clone())
+                .await;
+            match &result {
+                Ok(_) => spans::record_outcome(&span, Some(200), None),
+                Err(e @ Error::Upstream { status, .. }) => {
+                    spans::record_outcome(&span, Some(*status), Some(e))
+                }
+                Err(e) => spans::record_outcome(&span, None, Some(e)),
+            }
+            drop(span);
             if child.parent_ended() {
                 // This attempt's answer arrived for nobody: "Nobody is listening. Result discarded."
                 self.metrics.record_abandoned();
@@ -317,6 +340,7 @@ impl Inner {
         target: &Target,
         body: Bytes,
         meta: &Meta,
+        span: &tracing::Span,
     ) -> Result<ResolveResponse, Error> {
         let started = Instant::now();
         let exchange = async {
@@ -325,6 +349,8 @@ impl Inner {
             let mut rb = self
                 .http
                 .post(&target.url)
+                // The trace context does travel (the caller's trace is where the orphan shows).
+                .headers(lab_core::telemetry::propagation::headers_for(span))
                 .header(reqwest::header::CONTENT_TYPE, "application/json")
                 .body(body);
             if let Some(id) = &meta.request_id {

@@ -43,6 +43,7 @@ use crate::limiter::Limiter;
 use crate::metrics::{outcome, retry_class, shed_reason, ClientMetrics};
 use crate::retry_budget::{RetryBudget, RetryBudgetConfig};
 use crate::retryability;
+use crate::spans;
 
 /// How much of a non-2xx body is read before the response is released (Go's
 /// `io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))`): a drained body lets the connection
@@ -218,16 +219,24 @@ impl Client {
         req: &ResolveRequest,
         controls: &Controls,
     ) -> Result<ResolveResponse, Error> {
-        // The caller's trace continues here: this span is a child of whatever the caller is in.
+        // LAB-FIX(orphaned-work): the caller's trace continues here — this span is a child of
+        // whatever the caller is in, and it ends when the caller's future does (or earlier).
         let span = tracing::info_span!(
             "entity.Resolve",
             doc_id = %req.doc_id,
             request_id = ctx.request_id.as_deref().unwrap_or(""),
             budget = %self.budget.name,
+            otel.status_code = tracing::field::Empty,
+            otel.status_description = tracing::field::Empty,
         );
-        self.resolve_in_budget(ctx, req, controls)
-            .instrument(span)
-            .await
+        let result = self
+            .resolve_in_budget(ctx, req, controls)
+            .instrument(span.clone())
+            .await;
+        if let Err(e) = &result {
+            spans::record_outcome(&span, None, Some(e));
+        }
+        result
     }
 
     async fn resolve_in_budget(
@@ -337,12 +346,7 @@ impl Client {
 
             sent += 1;
             let result = self
-                .attempt(ctx, body.clone(), attempt_budget, controls)
-                .instrument(tracing::debug_span!(
-                    "entity.Resolve.attempt",
-                    attempt = sent - 1,
-                    budget_ms = attempt_budget.as_millis() as u64
-                ))
+                .attempt(ctx, body.clone(), attempt_budget, controls, sent - 1)
                 .await;
             drop(slot);
 
@@ -399,22 +403,27 @@ impl Client {
         }
     }
 
-    /// One request, bounded by `budget`. Dropping this future (caller gone) drops the request and
-    /// closes its connection; the guard records that as `cancelled` + abandoned.
+    /// One request, bounded by `budget`, in its span `entity.Resolve.attempt.{n}`. Dropping this
+    /// future (caller gone) drops the request and closes its connection — and ends the span; the
+    /// guard records that as `cancelled` + abandoned.
     async fn attempt(
         &self,
         ctx: &CallContext,
         body: Bytes,
         budget: Duration,
         controls: &Controls,
+        n: u32,
     ) -> Result<ResolveResponse, Error> {
         let url = &self.urls[self.next.fetch_add(1, Ordering::Relaxed) % self.urls.len()];
+        let span = spans::attempt(n, url);
+        span.record("budget_ms", budget.as_millis() as u64);
         // LAB-FIX(orphaned-work): the request is built and awaited inside the caller's future —
         // no `tokio::spawn`, no detached task. This is Go's `NewRequestWithContext(ctx, ...)`:
-        // "the whole fix, in one identifier".
+        // "the whole fix, in one identifier". The trace context goes with it (`traceparent`).
         let mut rb = self
             .http
             .post(url)
+            .headers(lab_core::telemetry::propagation::headers_for(&span))
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body);
         if let Some(id) = &ctx.request_id {
@@ -429,11 +438,21 @@ impl Client {
             rb = rb.header(headers::REQUEST_BUDGET_MS, budget.as_millis().to_string());
         }
         let guard = AttemptGuard::start(&self.metrics);
-        let result = match tokio::time::timeout(budget, exchange(rb)).await {
+        let result = match tokio::time::timeout(budget, exchange(rb))
+            .instrument(span.clone())
+            .await
+        {
             Ok(r) => r,
             Err(_) => Err(Error::AttemptTimedOut { after: budget }),
         };
         guard.finish(outcome_of(&result));
+        match &result {
+            Ok(_) => spans::record_outcome(&span, Some(200), None),
+            Err(e @ Error::Upstream { status, .. }) => {
+                spans::record_outcome(&span, Some(*status), Some(e))
+            }
+            Err(e) => spans::record_outcome(&span, None, Some(e)),
+        }
         result
     }
 }

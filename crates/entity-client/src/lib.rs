@@ -20,6 +20,8 @@
 //!   LAB-FIX(pool-exhaustion).
 //! - [`metrics`]: the metric families BOTH clients write, registered once per registry
 //!   ([`metrics::ClientMetrics::get_or_register`]), with the exact semantics per client.
+//! - [`spans`]: the span names BOTH clients open (`entity.Resolve`, `entity.Resolve.attempt.N`)
+//!   and how an outcome is recorded on them.
 //! - [`error`]: [`Error`], split by what the caller must do, with `is_retryable()` and `code()`.
 //! - `test_support` (feature `test-support`, dev only): the stub entity-service and metric
 //!   readers both clients' tests use.
@@ -37,6 +39,7 @@ pub mod limiter;
 pub mod metrics;
 pub mod retry_budget;
 pub mod retryability;
+pub mod spans;
 #[cfg(feature = "test-support")]
 pub mod test_support;
 

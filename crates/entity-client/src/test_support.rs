@@ -82,6 +82,8 @@ pub struct Arrival {
     pub budget_ms: Option<u64>,
     /// The observation-only end-user deadline header.
     pub observe_user_deadline: Option<String>,
+    /// W3C `traceparent` (sent by both clients while traces are on).
+    pub traceparent: Option<String>,
 }
 
 #[derive(Default)]
@@ -240,6 +242,7 @@ async fn handle(State(shared): State<Arc<Shared>>, hdrs: HeaderMap) -> Response 
         request_id: get(headers::REQUEST_ID),
         budget_ms: get(headers::REQUEST_BUDGET_MS).and_then(|v| v.parse().ok()),
         observe_user_deadline: get(headers::OBSERVE_USER_DEADLINE),
+        traceparent: get(lab_core::telemetry::propagation::TRACEPARENT),
     };
     let reply = shared.with(|s| {
         s.arrivals.push(arrival);

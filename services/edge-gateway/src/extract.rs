@@ -348,6 +348,8 @@ async fn attempt_once(
             .http
             .post(format!("{url}/internal/extract"))
             .timeout(timeout)
+            // W3C `traceparent`: the orchestrator's span joins the user's trace.
+            .headers(lab_core::telemetry::propagation::current_headers())
             .header(header::CONTENT_TYPE, "application/json")
             .header(headers::REQUEST_ID, request_id)
             .header(headers::OBSERVE_USER_DEADLINE, user_deadline_ms.to_string())

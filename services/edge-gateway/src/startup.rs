@@ -76,7 +76,8 @@ impl Application {
             ),
         };
         let request_metrics =
-            HttpMetrics::new(&metrics, "gateway", "to /v1/extract", GATEWAY_BUCKETS);
+            HttpMetrics::new(&metrics, "gateway", "to /v1/extract", GATEWAY_BUCKETS)
+                .with_span_name("edge-gateway.HandleExtract");
         let api = Router::new()
             .route("/v1/extract", post(extract::extract))
             .with_state(state)

@@ -43,7 +43,8 @@ impl Application {
             "orchestrator",
             "to /internal/extract",
             CALLEE_BUCKETS,
-        );
+        )
+        .with_span_name("orchestrator.Extract");
         let state = AppState {
             cache: cache.clone(),
             entity: entity.clone(),
