@@ -55,8 +55,14 @@ async fn an_event_applied_twice_changes_nothing_the_second_time() {
     let a = event("req-a", &[(1, 2), (2, 1), (3, 1)]);
     let b = event("req-b", &[(1, 1), (3, 4)]);
 
-    assert_eq!(apply(&mut client, &a, origin, 64).await.unwrap(), Applied::New);
-    assert_eq!(apply(&mut client, &b, origin, 64).await.unwrap(), Applied::New);
+    assert_eq!(
+        apply(&mut client, &a, origin, 64).await.unwrap(),
+        Applied::New
+    );
+    assert_eq!(
+        apply(&mut client, &b, origin, 64).await.unwrap(),
+        Applied::New
+    );
     let once = state(&db.url).await;
     assert_eq!(once.0, 2);
     assert_eq!(once.1, vec![(1, 2, 3), (2, 1, 1), (3, 2, 5)]);
