@@ -64,7 +64,6 @@ ALLOWED = {
     "entity_db_dead_tuples": "exported from issue 3 (entity-service database facts)",
     "entity_db_hot_plan_index_scan": "exported from issue 3 (entity-service database facts)",
     "entity_db_active_connections": "exported from issue 3 (entity-service database facts)",
-    "enrichment_consumer_lag": "exported by the enrichment issue (Kafka consumer lag per partition)",
 }
 
 # ---- what the lab exports

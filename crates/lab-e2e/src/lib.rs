@@ -307,6 +307,32 @@ impl Lab {
     }
 }
 
+/// One enrichment worker, in process, on its own runtime (so [`Running::kill`] ends it like a
+/// crash — though dropping the runtime still closes its Kafka consumer; tests that need a real
+/// SIGKILL run the binary, see services/enrichment/tests/worker.rs). Lag measured every 200 ms.
+pub async fn enrichment_worker(
+    db_url: &str,
+    brokers: &str,
+    topic: &str,
+    group: &str,
+    flags_namespace: &str,
+) -> Running {
+    let mut s = enrichment::Settings::defaults().unwrap();
+    s.http.port = 0;
+    s.database.url = db_url.to_string();
+    s.kafka.brokers = brokers.to_string();
+    s.kafka.topic = topic.to_string();
+    s.kafka.group_id = group.to_string();
+    s.kafka.lag_interval_ms = 200;
+    s.flags.redis_url = testkit::redis_url().await;
+    s.flags.namespace = flags_namespace.to_string();
+    Running::start("enrichment", move || async move {
+        let app = enrichment::Application::build(s).await?;
+        Ok((app.port(), app.run_until_stopped(std::future::pending())))
+    })
+    .await
+}
+
 /// Sum every sample of `name` whose label set contains `label_filter` (e.g. `result="hit"`).
 pub fn sum_metric(text: &str, name: &str, label_filter: &str) -> f64 {
     lab_core::exposition::samples(text)

@@ -34,22 +34,8 @@ async fn topic(brokers: &str) -> String {
     name
 }
 
-/// One enrichment worker, in process, on its own runtime (so [`Running::kill`] is a kill -9).
 async fn worker(db_url: &str, brokers: &str, topic: &str, group: &str, flags_ns: &str) -> Running {
-    let mut s = enrichment::Settings::defaults().unwrap();
-    s.http.port = 0;
-    s.database.url = db_url.to_string();
-    s.kafka.brokers = brokers.to_string();
-    s.kafka.topic = topic.to_string();
-    s.kafka.group_id = group.to_string();
-    s.kafka.lag_interval_ms = 200;
-    s.flags.redis_url = testkit::redis_url().await;
-    s.flags.namespace = flags_ns.to_string();
-    Running::start("enrichment", move || async move {
-        let app = enrichment::Application::build(s).await?;
-        Ok((app.port(), app.run_until_stopped(std::future::pending())))
-    })
-    .await
+    lab_e2e::enrichment_worker(db_url, brokers, topic, group, flags_ns).await
 }
 
 async fn rows(db_url: &str) -> i64 {

@@ -2,7 +2,9 @@
 //! the lab in-process, one real extraction so the per-request series exist, then
 //! scripts/metric-names-check.sh against every replica's /metrics.
 
-use lab_e2e::{Lab, LabOptions};
+use std::time::Duration;
+
+use lab_e2e::{KafkaTarget, Lab, LabOptions};
 use serde_json::json;
 use testkit::{fixtures, TestDb};
 
@@ -11,7 +13,25 @@ async fn every_metric_name_in_rules_and_dashboards_is_exported() {
     let db = TestDb::new().await;
     let key = fixtures::tenant_with_key(&db.url, 1).await;
     fixtures::entities(&db.url, &[(10, 1, "organization", "Vega Labs", 100)]).await;
-    let lab = Lab::start(db, LabOptions::default()).await;
+    // With the asynchronous path too: the enrichment dashboard and alert read its metrics.
+    let brokers = testkit::kafka_bootstrap().await;
+    let topic = testkit::unique_name("test.doc.ingested");
+    lab_kafka::topic::ensure(&brokers, &topic, 12, 1, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let opts = LabOptions {
+        kafka: Some(KafkaTarget {
+            brokers: brokers.clone(),
+            topic: topic.clone(),
+            queue_max_events: 1000,
+            delivery_timeout_ms: 30_000,
+        }),
+        ..LabOptions::default()
+    };
+    let ns = opts.flags_namespace.clone();
+    let lab = Lab::start(db, opts).await;
+    let group = testkit::unique_name("enrichment-workers");
+    let worker = lab_e2e::enrichment_worker(&lab.db.url, &brokers, &topic, &group, &ns).await;
     let resp = lab
         .extract(
             &key.api_key,
@@ -19,11 +39,31 @@ async fn every_metric_name_in_rules_and_dashboards_is_exported() {
         )
         .await;
     assert_eq!(resp.status(), 200);
+    // The worker's per-partition lag exists once it owns partitions and has measured them.
+    let mut measured = false;
+    for _ in 0..100 {
+        let text = reqwest::get(format!("{}/metrics", worker.url))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        if text.contains("enrichment_consumer_lag{") && text.contains("outcome=\"applied\"") {
+            measured = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        measured,
+        "the enrichment worker never applied the event and measured its lag"
+    );
 
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let mut urls = vec![lab.gateway.url.clone()];
     urls.extend(lab.orchestrators.iter().map(|o| o.url.clone()));
     urls.extend(lab.entity_services.iter().map(|e| e.url.clone()));
+    urls.push(worker.url.clone());
     let out = tokio::process::Command::new("bash")
         .arg(root.join("scripts/metric-names-check.sh"))
         .args(&urls)

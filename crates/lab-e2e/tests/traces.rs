@@ -345,3 +345,51 @@ async fn resilient_work_ends_with_the_request_and_orphans_nothing() {
     // ...and nothing it had started outlived it.
     assert_eq!(Lab::metric(orch, "otel_span_orphaned_total", "").await, 0.0);
 }
+
+/// The asynchronous hop: the enrichment of a document joins the trace of the request that
+/// extracted it, through the Kafka record's `traceparent` header, as a child of the
+/// orchestrator's span — and ends after it (the worker runs later; that is not an orphan, no
+/// caller waits for it).
+#[tokio::test]
+async fn the_enrichment_of_a_document_joins_the_requests_trace_through_kafka() {
+    let spans = recorder::global();
+    let brokers = testkit::kafka_bootstrap().await;
+    let topic = testkit::unique_name("test.doc.ingested");
+    lab_kafka::topic::ensure(&brokers, &topic, 12, 1, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let db = TestDb::new().await;
+    let key = fixtures::tenant_with_key(&db.url, 1).await;
+    fixtures::entities(&db.url, &[(10, 1, "organization", "Vega Labs", 100)]).await;
+    let opts = LabOptions {
+        kafka: Some(lab_e2e::KafkaTarget {
+            brokers: brokers.clone(),
+            topic: topic.clone(),
+            queue_max_events: 100,
+            delivery_timeout_ms: 30_000,
+        }),
+        ..LabOptions::default()
+    };
+    let ns = opts.flags_namespace.clone();
+    let lab = Lab::start(db, opts).await;
+    let group = testkit::unique_name("enrichment-workers");
+    let _worker = lab_e2e::enrichment_worker(&lab.db.url, &brokers, &topic, &group, &ns).await;
+    let (trace_id, _, header) = traceparent();
+
+    let status = extract(&lab, &key.api_key, &header, Duration::from_secs(20)).await;
+    assert_eq!(status, Some(200));
+    let trace = spans
+        .wait_for(
+            &trace_id,
+            |t| !named(t, "enrichment.Apply").is_empty(),
+            Duration::from_secs(30),
+        )
+        .await;
+    let orchestrator = one(&trace, "orchestrator.Extract");
+    let apply = one(&trace, "enrichment.Apply");
+    assert!(
+        is_child(apply, orchestrator),
+        "enrichment.Apply is a child of orchestrator.Extract: {:#?}",
+        names(&trace)
+    );
+}

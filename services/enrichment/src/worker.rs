@@ -37,6 +37,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::{ClientContext, TopicPartitionList};
 use tokio::sync::watch;
+use tracing::Instrument as _;
 
 use crate::configuration::Settings;
 use crate::store::{self, Applied, Origin};
@@ -181,6 +182,18 @@ impl ConsumerContext for WorkerContext {
         let owned = consumer.assignment().map_or(0, |a| a.count());
         self.metrics.assigned.set(owned as i64);
     }
+}
+
+/// A record header's value as text.
+fn header(msg: &BorrowedMessage<'_>, key: &str) -> Option<String> {
+    use rdkafka::message::Headers;
+    let headers = msg.headers()?;
+    headers
+        .iter()
+        .find(|h| h.key == key)
+        .and_then(|h| h.value)
+        .and_then(|v| std::str::from_utf8(v).ok())
+        .map(str::to_owned)
 }
 
 fn partitions_of(tpl: &TopicPartitionList) -> Vec<i32> {
@@ -342,7 +355,20 @@ impl Worker {
         match msg.payload().map(serde_json::from_slice::<DocIngested>) {
             Some(Ok(event)) => {
                 let origin = Origin { partition, offset };
-                let Some(applied) = self.apply_until_done(&event, origin, stop).await else {
+                // A child of the extraction's trace (the record's `traceparent`), so a trace shows
+                // the enrichment that followed a request, however much later it ran.
+                let span = tracing::info_span!(
+                    "enrichment.Apply",
+                    event_id = %event.event_id,
+                    partition,
+                    offset
+                );
+                lab_core::telemetry::propagation::set_parent_with(&span, |k| header(msg, k));
+                let applied = self
+                    .apply_until_done(&event, origin, stop)
+                    .instrument(span)
+                    .await;
+                let Some(applied) = applied else {
                     return false;
                 };
                 match applied {

@@ -143,11 +143,13 @@ pub async fn extract(
         };
         // Never waits on the broker: queued or dropped-and-counted, then on with the answer.
         let payload = serde_json::to_vec(&event).expect("an event always serializes");
-        events.publish(
-            &req.doc_id,
-            &payload,
-            &[(headers::REQUEST_ID, &event.event_id)],
-        );
+        // The trace continues on the asynchronous path: the worker's span joins this request's
+        // trace through the record's `traceparent` header (nothing is added while traces are off).
+        let mut trace: Vec<(String, String)> = Vec::new();
+        lab_core::telemetry::propagation::inject_with(|k, v| trace.push((k.to_string(), v)));
+        let mut record_headers: Vec<(&str, &str)> = vec![(headers::REQUEST_ID, &event.event_id)];
+        record_headers.extend(trace.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        events.publish(&req.doc_id, &payload, &record_headers);
     }
     Ok(Json(ExtractResponse {
         doc_id: req.doc_id,
