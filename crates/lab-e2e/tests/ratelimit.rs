@@ -78,15 +78,20 @@ async fn two_gateways_share_one_budget_per_tenant() {
     };
     let (lab, _, b) = lab(opts).await;
     // Tenant 2: 50 rps, burst 50. 40 through one gateway and 40 through the other, at once.
+    let t0 = std::time::Instant::now();
     let (g1, g2) = tokio::join!(
         burst(&lab.gateway.url, &b, 40),
         burst(&lab.extra_gateways[0].url, &b, 40)
     );
+    // One budget: 50 of 80, plus what refilled while the burst lasted (1 per 20 ms at 50 rps).
+    // The refill is computed from the burst's measured duration, not assumed: on a loaded
+    // machine the same 80 requests take longer and the bucket really does refill more (a fixed
+    // bound of 55 failed once at 57). Two separate budgets would admit 80.
+    let refilled = (t0.elapsed().as_secs_f64() * 50.0).ceil() as usize;
     let ok = g1.0 + g2.0;
-    // One budget: 50 of 80, plus what refilled during the burst (1 per 20 ms at 50 rps).
     assert!(
-        (50..=55).contains(&ok),
-        "{ok} of 80 admitted across two gateways (one budget: ~50)"
+        (50..=50 + refilled).contains(&ok) && ok < 80,
+        "{ok} of 80 admitted across two gateways (one budget: 50 + {refilled} refilled)"
     );
     assert!(g1.0 > 0 && g2.0 > 0, "both gateways admitted some");
 }
