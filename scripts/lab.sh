@@ -30,7 +30,7 @@ say "seed (skipped when already seeded; reseed with: $LABCTL seed --force)"
 # shellcheck disable=SC2086  # LAB_SEED_ARGS is a list of flags
 "$LABCTL" seed --if-empty ${LAB_SEED_ARGS:-}
 
-say "labctl up: 1 gateway, 2 orchestrators, 2 entity-services"
+say "labctl up: 1 gateway, 2 orchestrators, 2 entity-services, 2 enrichment workers"
 "$LABCTL" up
 if [[ "${LAB_KEEP_UP:-0}" != 1 ]]; then
     trap 'say "labctl down"; "$LABCTL" down' EXIT
@@ -43,6 +43,11 @@ say "open-loop load sample: ${LAB_LOAD_RATE:-50} rps for ${LAB_LOAD_SECONDS:-15}
 mkdir -p .lab/reports
 "$LABCTL" load --rate "${LAB_LOAD_RATE:-50}" --duration "${LAB_LOAD_SECONDS:-15}" \
     --out .lab/reports/load-sample.json
+
+say "the asynchronous path: every extraction became a doc.ingested event; the enrichment group's lag"
+# A few seconds for the last events to be applied and their offsets committed (every second).
+sleep 3
+"$LABCTL" kafka lag
 
 say "status"
 "$LABCTL" status

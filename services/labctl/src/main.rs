@@ -17,6 +17,7 @@ mod dbstatus;
 mod extract;
 mod flags;
 mod gameday;
+mod kafka;
 mod lab;
 mod load;
 mod remediate;
@@ -118,6 +119,11 @@ enum Command {
         remedy: remediate::Remedy,
         #[arg(long, global = true)]
         json: bool,
+    },
+    /// Kafka: the enrichment group's lag per partition (like kafka-consumer-groups.sh --describe).
+    Kafka {
+        #[command(subcommand)]
+        command: kafka::KafkaCommand,
     },
     /// (internal) The supervisor process `labctl up` starts.
     #[command(hide = true)]
@@ -316,6 +322,7 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Tenants { command } => tenants::run(command, &cli.database_url).await?,
         Command::Flags { command } => flags::run(command, &cli.redis_url, &cli.state_dir).await?,
+        Command::Kafka { command } => kafka::run(command).await?,
         Command::Supervise { plan } => supervise::supervise(&plan).await?,
     }
     Ok(())

@@ -1,0 +1,79 @@
+//! `labctl kafka lag`: the consumer group's lag per partition, computed like
+//! `kafka-consumer-groups.sh --describe --group enrichment-workers` (the postmortem's "Step 3:
+//! Kafka") — from the group's committed offsets and the log end, read from outside the group.
+
+use std::time::Duration;
+
+use lab_api::events::{DOC_INGESTED_TOPIC, ENRICHMENT_GROUP};
+
+#[derive(Debug, clap::Subcommand)]
+pub enum KafkaCommand {
+    /// Lag per partition of a consumer group (default: enrichment-workers on doc.ingested).
+    Lag {
+        #[arg(long, env = "KAFKA_BOOTSTRAP", default_value = "127.0.0.1:9092")]
+        brokers: String,
+        #[arg(long, default_value = ENRICHMENT_GROUP)]
+        group: String,
+        #[arg(long, default_value = DOC_INGESTED_TOPIC)]
+        topic: String,
+        /// Print JSON instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub async fn run(command: KafkaCommand) -> anyhow::Result<()> {
+    match command {
+        KafkaCommand::Lag {
+            brokers,
+            group,
+            topic,
+            json,
+        } => {
+            let (b, g, t) = (brokers.clone(), group.clone(), topic.clone());
+            let lags = tokio::task::spawn_blocking(move || {
+                lab_kafka::lag::group_lag(&b, &g, &t, Duration::from_secs(10))
+            })
+            .await??;
+            if json {
+                let rows: Vec<_> = lags
+                    .iter()
+                    .map(|l| {
+                        serde_json::json!({
+                            "partition": l.partition, "committed": l.committed,
+                            "log_end": l.log_end, "lag": l.lag,
+                        })
+                    })
+                    .collect();
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&serde_json::json!({
+                        "group": group, "topic": topic, "partitions": rows,
+                        "total_lag": lags.iter().map(|l| l.lag).sum::<i64>(),
+                    }))?
+                );
+                return Ok(());
+            }
+            println!(
+                "{:<20} {:<16} {:>9} {:>14} {:>14} {:>8}",
+                "GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG"
+            );
+            for l in &lags {
+                println!(
+                    "{:<20} {:<16} {:>9} {:>14} {:>14} {:>8}",
+                    group,
+                    topic,
+                    l.partition,
+                    l.committed.map_or("-".to_string(), |c| c.to_string()),
+                    l.log_end,
+                    l.lag
+                );
+            }
+            println!(
+                "total lag {} (log end from the high watermark; see crates/lab-kafka/src/lag.rs)",
+                lags.iter().map(|l| l.lag).sum::<i64>()
+            );
+            Ok(())
+        }
+    }
+}
