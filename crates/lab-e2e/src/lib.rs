@@ -40,6 +40,29 @@ pub struct KafkaTarget {
     pub delivery_timeout_ms: u64,
 }
 
+impl KafkaTarget {
+    /// A topic of this test's own (12 partitions, as doc.ingested) on `brokers`; 1,000 events may
+    /// wait up to 30 s.
+    pub async fn fresh(brokers: &str) -> KafkaTarget {
+        let topic = testkit::unique_name("test.doc.ingested");
+        lab_kafka::topic::ensure(
+            brokers,
+            &topic,
+            lab_api::events::DOC_INGESTED_PARTITIONS,
+            1,
+            Duration::from_secs(10),
+        )
+        .await
+        .expect("creating the test's topic");
+        KafkaTarget {
+            brokers: brokers.to_string(),
+            topic,
+            queue_max_events: 1000,
+            delivery_timeout_ms: 30_000,
+        }
+    }
+}
+
 impl Default for LabOptions {
     fn default() -> Self {
         Self {
@@ -149,6 +172,11 @@ impl Drop for Running {
 }
 
 pub struct Lab {
+    /// Where the orchestrators publish, if they do ([`LabOptions::kafka`]).
+    pub kafka: Option<KafkaTarget>,
+    /// The consumer group of this lab's enrichment workers ([`Lab::enrichment_worker`]).
+    pub enrichment_group: String,
+    flags_namespace: String,
     /// Gateways beyond `gateway` (see [`LabOptions::extra_gateways`]).
     pub extra_gateways: Vec<Running>,
     pub flags: lab_flags::Store,
@@ -253,6 +281,9 @@ impl Lab {
         let gateway = gateways.remove(0);
         let extra_gateways = gateways;
         Lab {
+            kafka: opts.kafka.clone(),
+            enrichment_group: testkit::unique_name("enrichment-workers"),
+            flags_namespace: opts.flags_namespace.clone(),
             extra_gateways,
             flags,
             db,
@@ -260,6 +291,31 @@ impl Lab {
             orchestrators,
             entity_services,
         }
+    }
+
+    /// One enrichment worker of this lab's group, reading the lab's topic, in process on its own
+    /// runtime. ([`Running::kill`] ends it like a crash, though dropping the runtime still closes
+    /// its Kafka consumer; tests that need a real SIGKILL run the binary, see
+    /// services/enrichment/tests/worker.rs.) Lag measured every 200 ms.
+    pub async fn enrichment_worker(&self) -> Running {
+        let k = self
+            .kafka
+            .clone()
+            .expect("an enrichment worker needs LabOptions::kafka");
+        let mut s = enrichment::Settings::defaults().unwrap();
+        s.http.port = 0;
+        s.database.url = self.db.url.clone();
+        s.kafka.brokers = k.brokers;
+        s.kafka.topic = k.topic;
+        s.kafka.group_id = self.enrichment_group.clone();
+        s.kafka.lag_interval_ms = 200;
+        s.flags.redis_url = testkit::redis_url().await;
+        s.flags.namespace = self.flags_namespace.clone();
+        Running::start("enrichment", move || async move {
+            let app = enrichment::Application::build(s).await?;
+            Ok((app.port(), app.run_until_stopped(std::future::pending())))
+        })
+        .await
     }
 
     /// Set a runtime flag and wait (bounded) until every service applies it.
@@ -305,32 +361,6 @@ impl Lab {
             .unwrap();
         sum_metric(&text, name, label_filter)
     }
-}
-
-/// One enrichment worker, in process, on its own runtime (so [`Running::kill`] ends it like a
-/// crash — though dropping the runtime still closes its Kafka consumer; tests that need a real
-/// SIGKILL run the binary, see services/enrichment/tests/worker.rs). Lag measured every 200 ms.
-pub async fn enrichment_worker(
-    db_url: &str,
-    brokers: &str,
-    topic: &str,
-    group: &str,
-    flags_namespace: &str,
-) -> Running {
-    let mut s = enrichment::Settings::defaults().unwrap();
-    s.http.port = 0;
-    s.database.url = db_url.to_string();
-    s.kafka.brokers = brokers.to_string();
-    s.kafka.topic = topic.to_string();
-    s.kafka.group_id = group.to_string();
-    s.kafka.lag_interval_ms = 200;
-    s.flags.redis_url = testkit::redis_url().await;
-    s.flags.namespace = flags_namespace.to_string();
-    Running::start("enrichment", move || async move {
-        let app = enrichment::Application::build(s).await?;
-        Ok((app.port(), app.run_until_stopped(std::future::pending())))
-    })
-    .await
 }
 
 /// Sum every sample of `name` whose label set contains `label_filter` (e.g. `result="hit"`).

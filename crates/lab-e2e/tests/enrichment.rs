@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use lab_e2e::{KafkaTarget, Lab, LabOptions, Running};
+use lab_e2e::{KafkaTarget, Lab, LabOptions};
 use serde_json::json;
 use testkit::broker::PrivateBroker;
 use testkit::{fixtures, TestDb};
@@ -24,18 +24,6 @@ async fn fixtures(db: &TestDb) -> String {
     )
     .await;
     key.api_key
-}
-
-async fn topic(brokers: &str) -> String {
-    let name = testkit::unique_name("test.doc.ingested");
-    lab_kafka::topic::ensure(brokers, &name, 12, 1, Duration::from_secs(10))
-        .await
-        .unwrap();
-    name
-}
-
-async fn worker(db_url: &str, brokers: &str, topic: &str, group: &str, flags_ns: &str) -> Running {
-    lab_e2e::enrichment_worker(db_url, brokers, topic, group, flags_ns).await
 }
 
 async fn rows(db_url: &str) -> i64 {
@@ -73,21 +61,13 @@ async fn n_extractions_make_exactly_n_enrichment_rows() {
     let brokers = testkit::kafka_bootstrap().await;
     let db = TestDb::new().await;
     let key = fixtures(&db).await;
-    let topic = topic(&brokers).await;
     let opts = LabOptions {
-        kafka: Some(KafkaTarget {
-            brokers: brokers.clone(),
-            topic: topic.clone(),
-            queue_max_events: 1000,
-            delivery_timeout_ms: 30_000,
-        }),
+        kafka: Some(KafkaTarget::fresh(&brokers).await),
         ..LabOptions::default()
     };
-    let ns = opts.flags_namespace.clone();
     let lab = Lab::start(db, opts).await;
-    let group = testkit::unique_name("enrichment-workers");
-    let w1 = worker(&lab.db.url, &brokers, &topic, &group, &ns).await;
-    let w2 = worker(&lab.db.url, &brokers, &topic, &group, &ns).await;
+    let w1 = lab.enrichment_worker().await;
+    let w2 = lab.enrichment_worker().await;
 
     const N: usize = 60;
     extract_n(&lab, &key, N, "doc").await;
@@ -126,21 +106,17 @@ async fn a_dead_broker_never_fails_an_extraction_and_what_was_queued_arrives() {
     let broker = PrivateBroker::start();
     let db = TestDb::new().await;
     let key = fixtures(&db).await;
-    let topic = topic(&broker.bootstrap).await;
     const QUEUE: u32 = 20;
     let opts = LabOptions {
         kafka: Some(KafkaTarget {
-            brokers: broker.bootstrap.clone(),
-            topic: topic.clone(),
             queue_max_events: QUEUE,
             delivery_timeout_ms: 120_000,
+            ..KafkaTarget::fresh(&broker.bootstrap).await
         }),
         ..LabOptions::default()
     };
-    let ns = opts.flags_namespace.clone();
     let lab = Lab::start(db, opts).await;
-    let group = testkit::unique_name("enrichment-workers");
-    let _w = worker(&lab.db.url, &broker.bootstrap, &topic, &group, &ns).await;
+    let _w = lab.enrichment_worker().await;
     // The path works with the broker up.
     extract_n(&lab, &key, 5, "before").await;
     assert_eq!(

@@ -14,24 +14,12 @@ async fn every_metric_name_in_rules_and_dashboards_is_exported() {
     let key = fixtures::tenant_with_key(&db.url, 1).await;
     fixtures::entities(&db.url, &[(10, 1, "organization", "Vega Labs", 100)]).await;
     // With the asynchronous path too: the enrichment dashboard and alert read its metrics.
-    let brokers = testkit::kafka_bootstrap().await;
-    let topic = testkit::unique_name("test.doc.ingested");
-    lab_kafka::topic::ensure(&brokers, &topic, 12, 1, Duration::from_secs(10))
-        .await
-        .unwrap();
     let opts = LabOptions {
-        kafka: Some(KafkaTarget {
-            brokers: brokers.clone(),
-            topic: topic.clone(),
-            queue_max_events: 1000,
-            delivery_timeout_ms: 30_000,
-        }),
+        kafka: Some(KafkaTarget::fresh(&testkit::kafka_bootstrap().await).await),
         ..LabOptions::default()
     };
-    let ns = opts.flags_namespace.clone();
     let lab = Lab::start(db, opts).await;
-    let group = testkit::unique_name("enrichment-workers");
-    let worker = lab_e2e::enrichment_worker(&lab.db.url, &brokers, &topic, &group, &ns).await;
+    let worker = lab.enrichment_worker().await;
     let resp = lab
         .extract(
             &key.api_key,

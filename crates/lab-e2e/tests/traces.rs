@@ -353,27 +353,15 @@ async fn resilient_work_ends_with_the_request_and_orphans_nothing() {
 #[tokio::test]
 async fn the_enrichment_of_a_document_joins_the_requests_trace_through_kafka() {
     let spans = recorder::global();
-    let brokers = testkit::kafka_bootstrap().await;
-    let topic = testkit::unique_name("test.doc.ingested");
-    lab_kafka::topic::ensure(&brokers, &topic, 12, 1, Duration::from_secs(10))
-        .await
-        .unwrap();
     let db = TestDb::new().await;
     let key = fixtures::tenant_with_key(&db.url, 1).await;
     fixtures::entities(&db.url, &[(10, 1, "organization", "Vega Labs", 100)]).await;
     let opts = LabOptions {
-        kafka: Some(lab_e2e::KafkaTarget {
-            brokers: brokers.clone(),
-            topic: topic.clone(),
-            queue_max_events: 100,
-            delivery_timeout_ms: 30_000,
-        }),
+        kafka: Some(lab_e2e::KafkaTarget::fresh(&testkit::kafka_bootstrap().await).await),
         ..LabOptions::default()
     };
-    let ns = opts.flags_namespace.clone();
     let lab = Lab::start(db, opts).await;
-    let group = testkit::unique_name("enrichment-workers");
-    let _worker = lab_e2e::enrichment_worker(&lab.db.url, &brokers, &topic, &group, &ns).await;
+    let _worker = lab.enrichment_worker().await;
     let (trace_id, _, header) = traceparent();
 
     let status = extract(&lab, &key.api_key, &header, Duration::from_secs(20)).await;
