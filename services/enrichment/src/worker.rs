@@ -472,8 +472,14 @@ async fn lag_loop(
         .await;
         match res {
             Ok(Ok(lags)) => {
+                // A partition revoked while it was being measured must not come back as a stale
+                // series (the revoke removed its label): keep only what is still owned.
+                let owned: Vec<i32> = consumer.assignment().map_or_else(
+                    |_| Vec::new(),
+                    |a| a.elements().iter().map(|e| e.partition()).collect(),
+                );
                 let gauge = &consumer.context().metrics.lag;
-                for l in lags {
+                for l in lags.iter().filter(|l| owned.contains(&l.partition)) {
                     gauge
                         .with_label_values(&[&l.partition.to_string()])
                         .set(l.lag);
