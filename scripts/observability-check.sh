@@ -5,9 +5,9 @@
 #
 #   scripts/observability-check.sh            # all checks; non-zero exit on the first failing group
 #
-# promtool comes from Debian's `prometheus` package WITHOUT its ~330 MB of dependencies:
-# `apt-get download` fetches the .deb alone and `dpkg-deb -x` unpacks it into
-# ${LAB_TOOLS_DIR:-~/.cache/retry-storm-lab/tools}/prometheus-deb (promtool only, ~46 MB);
+# promtool comes from Debian's `prometheus` package WITHOUT its ~330 MB of dependencies
+# (scripts/lib/prometheus.sh: `apt-get download` + `dpkg-deb -x` into
+# ${LAB_TOOLS_DIR:-~/.cache/retry-storm-lab/tools}/prometheus-deb, promtool only, ~46 MB);
 # bin/promtool links to it.
 # Idempotent: a second run only checks that the link still answers `--version`.
 # PROMTOOL=/path/to/promtool skips the install (e.g. a newer upstream release).
@@ -24,53 +24,19 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
-TOOLS="${LAB_TOOLS_DIR:-${HOME:-/root}/.cache/retry-storm-lab/tools}"
+# shellcheck source=scripts/lib/prometheus.sh
+source "$ROOT/scripts/lib/prometheus.sh"   # prom_install, prom_tool_path (honours LAB_TOOLS_DIR)
 PROM_DIR="deploy/prometheus"
 DASH_DIR="grafana/dashboards"
 
 say() { printf '==> %s\n' "$*"; }
 die() { printf 'observability-check: %s\n' "$*" >&2; exit 1; }
 
-install_promtool() {
-  local dest="$TOOLS/prometheus-deb" link="$TOOLS/bin/promtool"
-  if [[ -x "$link" ]] && "$link" --version >/dev/null 2>&1; then
-    return 0
-  fi
-  command -v apt-get >/dev/null || die "no promtool and no apt-get: set PROMTOOL=/path/to/promtool"
-  command -v dpkg-deb >/dev/null || die "no dpkg-deb to unpack the prometheus package"
-  local tmp
-  tmp="$(mktemp -d)"
-  # shellcheck disable=SC2064
-  trap "rm -rf '$tmp'" RETURN
-  say "installing promtool into $TOOLS (apt-get download prometheus + dpkg-deb -x, no dependencies)"
-  if ! (cd "$tmp" && apt-get download prometheus >"$tmp/apt.log" 2>&1); then
-    # A fresh container has no package lists yet; refresh them once (needs root).
-    if [[ "${LAB_SKIP_APT:-0}" == 1 ]] || [[ "$(id -u)" != 0 ]]; then
-      cat "$tmp/apt.log" >&2
-      die "apt-get download prometheus failed (run 'apt-get update' as root, or set PROMTOOL)"
-    fi
-    apt-get update -qq >"$tmp/apt-update.log" 2>&1 || { cat "$tmp/apt-update.log" >&2; die "apt-get update failed"; }
-    (cd "$tmp" && apt-get download prometheus >"$tmp/apt.log" 2>&1) || { cat "$tmp/apt.log" >&2; die "apt-get download prometheus failed"; }
-  fi
-  local deb
-  deb="$(find "$tmp" -maxdepth 1 -name 'prometheus_*.deb' | head -n1)"
-  [[ -n "$deb" ]] || die "apt-get download produced no prometheus_*.deb"
-  # Unpack the whole package, keep only promtool (the prometheus server binary is ~70 MB more).
-  dpkg-deb -x "$deb" "$tmp/x"
-  [[ -x "$tmp/x/usr/bin/promtool" ]] || die "the package has no usr/bin/promtool"
-  rm -rf "$dest"
-  mkdir -p "$dest/bin" "$TOOLS/bin"
-  cp "$tmp/x/usr/bin/promtool" "$dest/bin/promtool"
-  basename "$deb" >"$dest/SOURCE"
-  ln -sfn "$dest/bin/promtool" "$link"
-  "$link" --version >/dev/null 2>&1 || die "$link does not run"
-}
-
 if [[ -n "${PROMTOOL:-}" ]]; then
   "$PROMTOOL" --version >/dev/null 2>&1 || die "PROMTOOL=$PROMTOOL does not run"
 else
-  install_promtool
-  PROMTOOL="$TOOLS/bin/promtool"
+  prom_install promtool || die "could not install promtool (set PROMTOOL=/path/to/promtool)"
+  PROMTOOL="$(prom_tool_path promtool)"
 fi
 say "promtool: $("$PROMTOOL" --version 2>&1 | head -n1)"
 
