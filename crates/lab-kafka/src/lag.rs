@@ -17,7 +17,6 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaResult;
 use rdkafka::{Offset, TopicPartitionList};
@@ -98,8 +97,7 @@ pub fn group_lag(
     topic: &str,
     timeout: Duration,
 ) -> anyhow::Result<Vec<PartitionLag>> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
+    let consumer: BaseConsumer = crate::client_config(bootstrap)
         .set("group.id", group)
         .set("enable.auto.commit", "false")
         .create()?;

@@ -19,6 +19,22 @@ pub mod topic;
 
 pub use producer::{EventProducer, ProducerSettings};
 
+/// A librdkafka configuration for `servers` (`host:port,...`), the starting point of every client
+/// the lab creates. `LAB_KAFKA_DEBUG` (librdkafka debug contexts, e.g. `cgrp,topic,fetch`) turns
+/// on librdkafka's own debug log — how to see a consumer group's join and sync steps. It arrives
+/// as log events of target `librdkafka` (the services' subscriber bridges the `log` crate), so
+/// also let them through: `RUST_LOG=info,librdkafka=debug`.
+pub fn client_config(servers: &str) -> rdkafka::ClientConfig {
+    let mut c = rdkafka::ClientConfig::new();
+    c.set("bootstrap.servers", servers);
+    if let Ok(contexts) = std::env::var("LAB_KAFKA_DEBUG") {
+        if !contexts.trim().is_empty() {
+            c.set("debug", contexts.trim());
+        }
+    }
+    c
+}
+
 /// Comma-separated `host:port` list → the form librdkafka takes (`bootstrap.servers`), trimmed;
 /// `None` when empty (Kafka switched off).
 pub fn bootstrap_servers(list: &str) -> Option<String> {

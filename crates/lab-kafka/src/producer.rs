@@ -23,7 +23,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
-use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
@@ -146,8 +145,7 @@ impl EventProducer {
             return Ok(None);
         };
         let counters = Arc::new(Counters::register(registry, &settings.topic)?);
-        let producer: ThreadedProducer<Reporter> = ClientConfig::new()
-            .set("bootstrap.servers", &servers)
+        let producer: ThreadedProducer<Reporter> = crate::client_config(&servers)
             .set(
                 "queue.buffering.max.messages",
                 settings.queue_max_events.to_string(),

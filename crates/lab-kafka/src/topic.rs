@@ -6,7 +6,6 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
-use rdkafka::config::ClientConfig;
 use rdkafka::types::RDKafkaErrorCode;
 
 /// What [`ensure`] found.
@@ -26,8 +25,7 @@ pub async fn ensure(
     replication: i32,
     timeout: Duration,
 ) -> anyhow::Result<Ensured> {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
+    let admin: AdminClient<DefaultClientContext> = crate::client_config(bootstrap)
         .create()
         .with_context(|| format!("kafka admin client for {bootstrap}"))?;
     let opts = AdminOptions::new()

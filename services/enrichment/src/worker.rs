@@ -29,7 +29,6 @@ use lab_core::metrics::Metrics;
 use prometheus::{
     Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
 };
-use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{
     BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer,
 };
@@ -216,8 +215,7 @@ pub fn offsets_reader(settings: &Settings) -> anyhow::Result<Arc<BaseConsumer>> 
     let k = &settings.kafka;
     let servers = lab_kafka::bootstrap_servers(&k.brokers)
         .ok_or_else(|| anyhow::anyhow!("kafka.brokers is empty"))?;
-    let reader: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", &servers)
+    let reader: BaseConsumer = lab_kafka::client_config(&servers)
         .set("group.id", &k.group_id)
         .set("enable.auto.commit", "false")
         .create()
@@ -233,8 +231,7 @@ pub fn consumer(
     let k = &settings.kafka;
     let servers = lab_kafka::bootstrap_servers(&k.brokers)
         .ok_or_else(|| anyhow::anyhow!("kafka.brokers is empty"))?;
-    let consumer: WorkerConsumer = ClientConfig::new()
-        .set("bootstrap.servers", &servers)
+    let consumer: WorkerConsumer = lab_kafka::client_config(&servers)
         .set("group.id", &k.group_id)
         // At-least-once: offsets are stored by the loop after the write, committed by librdkafka.
         .set("enable.auto.offset.store", "false")
