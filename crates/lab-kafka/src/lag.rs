@@ -121,6 +121,40 @@ pub fn group_lag(
     )?)
 }
 
+/// Start a NEW consumer group at the current log end: commit, for `group`, the high watermark of
+/// every partition of `topic`, from outside the group (no member needed). Its members then read
+/// exactly what is published from now on — nothing older is re-read, nothing newer is missed.
+/// Returns the partitions committed. Blocking.
+pub fn start_group_at_log_end(
+    bootstrap: &str,
+    group: &str,
+    topic: &str,
+    timeout: Duration,
+) -> anyhow::Result<usize> {
+    let consumer: BaseConsumer = crate::client_config(bootstrap)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()?;
+    let md = consumer.fetch_metadata(Some(topic), timeout)?;
+    let partitions: Vec<i32> = md
+        .topics()
+        .iter()
+        .find(|t| t.name() == topic)
+        .map(|t| t.partitions().iter().map(|p| p.id()).collect())
+        .unwrap_or_default();
+    anyhow::ensure!(
+        !partitions.is_empty(),
+        "topic {topic} has no partitions on {bootstrap} (does it exist?)"
+    );
+    let mut tpl = TopicPartitionList::new();
+    for &p in &partitions {
+        let (_, high) = consumer.fetch_watermarks(topic, p, timeout)?;
+        tpl.add_partition_offset(topic, p, Offset::Offset(high))?;
+    }
+    consumer.commit(&tpl, rdkafka::consumer::CommitMode::Sync)?;
+    Ok(partitions.len())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

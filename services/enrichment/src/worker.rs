@@ -14,7 +14,7 @@
 //! | `enrichment_events_total` | `outcome` | `applied`, `duplicate` (a redelivery, changed nothing), `invalid` (not a `doc.ingested` event: logged and skipped) |
 //! | `enrichment_event_duration_seconds` | | one event's transaction, retries included |
 //! | `enrichment_event_age_seconds` | | extraction finished → enrichment applied: the lag in time |
-//! | `enrichment_consumer_lag` | `partition` | log end − committed offset, per partition this worker owns ([`lab_kafka::lag`]) |
+//! | `enrichment_consumer_lag` | `partition` | the group's lag: log end − committed offset, for EVERY partition of the topic, reported by each worker (read it with `max by (partition)`); a group that owns nothing still shows its backlog ([`lab_kafka::lag`]) |
 //! | `enrichment_rebalances_total` | `kind` | `assign`, `revoke`, `error` |
 //! | `enrichment_assigned_partitions` | | partitions this worker owns now |
 //! | `enrichment_write_retries_total` | | writes that failed and were retried (PostgreSQL down, a deadlock) |
@@ -106,7 +106,7 @@ impl WorkerMetrics {
                 IntGaugeVec::new(
                     Opts::new(
                         "enrichment_consumer_lag",
-                        "Events between the group's committed offset and the log end, per partition this worker owns",
+                        "The consumer group's lag: events between its committed offset and the log end, per partition of the topic (every worker reports every partition)",
                     ),
                     &["partition"],
                 )
@@ -150,13 +150,10 @@ impl ConsumerContext for WorkerContext {
                 // Hand the partitions over with every applied event committed, so the next owner
                 // re-reads as little as possible (correctness does not depend on it).
                 commit_stored(consumer, "partitions revoked");
+                // The floor of the lag's log end is only known for partitions this worker reads.
                 let mut ends = self.consumed_end.lock().expect("not poisoned");
                 for e in tpl.elements() {
                     ends.remove(&e.partition());
-                    let _ = self
-                        .metrics
-                        .lag
-                        .remove_label_values(&[&e.partition().to_string()]);
                 }
                 tracing::info!(partitions = ?partitions_of(tpl), "partitions revoked");
             }
@@ -435,8 +432,11 @@ impl Worker {
     }
 }
 
-/// Every `interval`: the lag of each owned partition (blocking broker round trips, off the async
-/// threads). The offsets are read by a client of their own that carries the group id but never
+/// Every `interval`: the group's lag on every partition of the topic (blocking broker round trips,
+/// off the async threads). Not only the owned partitions: a group can own nothing — every member
+/// stuck in a rebalance that never completes, as tansu does to a group two members left at once
+/// (seen in a game day: 0 partitions assigned, 11,333 events behind, and a per-owner metric that
+/// showed nothing at all). The offsets are read by a client of their own that carries the group id but never
 /// joins: on the consumer's own connection every query would wait behind its fetch long-poll
 /// (brokers answer a connection's requests in order; `fetch.wait.max.ms` is 500 ms), which made
 /// twelve partitions' queries time out while the worker was consuming (seen in the pause test).
@@ -452,11 +452,14 @@ async fn lag_loop(
         tick.tick().await;
         let (c, r, t) = (consumer.clone(), reader.clone(), topic.clone());
         let res = tokio::task::spawn_blocking(move || {
-            let owned = c.assignment()?;
-            let partitions: Vec<i32> = owned
-                .elements_for_topic(&t)
+            // Every partition of the topic, owned or not: the GROUP's backlog. A group that owns
+            // nothing (all members gone, or a rebalance that never completes) still shows it.
+            let md = r.fetch_metadata(Some(&t), LAG_QUERY_TIMEOUT)?;
+            let partitions: Vec<i32> = md
+                .topics()
                 .iter()
-                .map(|e| e.partition())
+                .filter(|x| x.name() == t)
+                .flat_map(|x| x.partitions().iter().map(|p| p.id()))
                 .collect();
             let ends = c
                 .context()
@@ -469,14 +472,8 @@ async fn lag_loop(
         .await;
         match res {
             Ok(Ok(lags)) => {
-                // A partition revoked while it was being measured must not come back as a stale
-                // series (the revoke removed its label): keep only what is still owned.
-                let owned: Vec<i32> = consumer.assignment().map_or_else(
-                    |_| Vec::new(),
-                    |a| a.elements().iter().map(|e| e.partition()).collect(),
-                );
                 let gauge = &consumer.context().metrics.lag;
-                for l in lags.iter().filter(|l| owned.contains(&l.partition)) {
+                for l in &lags {
                     gauge
                         .with_label_values(&[&l.partition.to_string()])
                         .set(l.lag);

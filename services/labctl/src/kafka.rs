@@ -2,6 +2,7 @@
 //! `kafka-consumer-groups.sh --describe --group enrichment-workers` (the postmortem's "Step 3:
 //! Kafka") — from the group's committed offsets and the log end, read from outside the group.
 
+use std::path::Path;
 use std::time::Duration;
 
 use lab_api::events::{DOC_INGESTED_TOPIC, ENRICHMENT_GROUP};
@@ -12,8 +13,10 @@ pub enum KafkaCommand {
     Lag {
         #[arg(long, env = "KAFKA_BOOTSTRAP", default_value = "127.0.0.1:9092")]
         brokers: String,
-        #[arg(long, default_value = ENRICHMENT_GROUP)]
-        group: String,
+        /// Default: the group of the running native lab's workers (`labctl up` starts a new one
+        /// per run), else enrichment-workers.
+        #[arg(long)]
+        group: Option<String>,
         #[arg(long, default_value = DOC_INGESTED_TOPIC)]
         topic: String,
         /// Print JSON instead of the table.
@@ -22,7 +25,17 @@ pub enum KafkaCommand {
     },
 }
 
-pub async fn run(command: KafkaCommand) -> anyhow::Result<()> {
+/// The consumer group the running native lab's workers use, from `labctl up`'s plan.
+fn running_group(state_dir: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(state_dir.join("run").join("plan.json")).ok()?;
+    let plan: crate::supervise::Plan = serde_json::from_str(&text).ok()?;
+    plan.procs
+        .iter()
+        .find(|p| p.binary == "enrichment")
+        .and_then(|p| p.env.get("LAB_KAFKA__GROUP_ID").cloned())
+}
+
+pub async fn run(command: KafkaCommand, state_dir: &Path) -> anyhow::Result<()> {
     match command {
         KafkaCommand::Lag {
             brokers,
@@ -30,6 +43,9 @@ pub async fn run(command: KafkaCommand) -> anyhow::Result<()> {
             topic,
             json,
         } => {
+            let group = group
+                .or_else(|| running_group(state_dir))
+                .unwrap_or_else(|| ENRICHMENT_GROUP.to_string());
             let (b, g, t) = (brokers.clone(), group.clone(), topic.clone());
             let lags = tokio::task::spawn_blocking(move || {
                 lab_kafka::lag::group_lag(&b, &g, &t, Duration::from_secs(10))

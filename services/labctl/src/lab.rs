@@ -32,6 +32,14 @@ pub struct UpArgs {
     pub enrichment_workers: u16,
     #[arg(long, default_value_t = 8301)]
     pub enrichment_port: u16,
+    /// The workers' consumer group. Default: a new group per `labctl up`,
+    /// `enrichment-workers-<unix seconds>`, started at the log end. Why not the fixed
+    /// `enrichment-workers` (compose and kind use it, on Apache Kafka): tansu's group coordinator
+    /// wedges a group for good when a member leaves during a rebalance (measured with plain
+    /// librdkafka clients; sometimes even with members stopped 4 s apart), and the next lab would
+    /// then enrich nothing. A new group per run cannot inherit a wedge.
+    #[arg(long)]
+    pub enrichment_group: Option<String>,
     /// Kafka brokers for doc.ingested (scripts/deps.sh runs tansu on 127.0.0.1:9092); empty:
     /// no publishing and no enrichment workers.
     #[arg(long, env = "KAFKA_BOOTSTRAP", default_value = "127.0.0.1:9092")]
@@ -136,6 +144,9 @@ pub fn plan(args: &UpArgs, database_url: &str, state_dir: &Path) -> anyhow::Resu
             env.insert("LAB_HTTP__PORT".into(), port.to_string());
             env.insert("LAB_DATABASE__URL".into(), database_url.to_string());
             env.insert("LAB_KAFKA__BROKERS".into(), k.clone());
+            if let Some(g) = &args.enrichment_group {
+                env.insert("LAB_KAFKA__GROUP_ID".into(), g.clone());
+            }
             passthrough(&mut env);
             procs.push(ProcSpec {
                 name: format!("enrichment-{}", i + 1),
@@ -161,6 +172,17 @@ pub async fn up(args: &UpArgs, database_url: &str, state_dir: &Path) -> anyhow::
             );
         }
     }
+    let mut args = args.clone();
+    let fresh_group = args.enrichment_group.is_none();
+    if fresh_group {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?;
+        args.enrichment_group = Some(format!(
+            "{}-{}",
+            lab_api::events::ENRICHMENT_GROUP,
+            now.as_secs()
+        ));
+    }
+    let args = &args;
     let plan = plan(args, database_url, state_dir)?;
     for p in &plan.procs {
         let bin = plan.bin_dir.join(&p.binary);
@@ -191,6 +213,19 @@ pub async fn up(args: &UpArgs, database_url: &str, state_dir: &Path) -> anyhow::
             format!("Kafka at {k} (scripts/deps.sh starts one; --kafka '' runs the lab without)")
         })?;
         println!("kafka: {DOC_INGESTED_TOPIC} x{DOC_INGESTED_PARTITIONS} on {k} ({ensured:?})");
+        if let (true, Some(group)) = (fresh_group, args.enrichment_group.clone()) {
+            let (k2, g2) = (k.clone(), group.clone());
+            tokio::task::spawn_blocking(move || {
+                lab_kafka::lag::start_group_at_log_end(
+                    &k2,
+                    &g2,
+                    DOC_INGESTED_TOPIC,
+                    Duration::from_secs(10),
+                )
+            })
+            .await??;
+            println!("kafka: consumer group {group} starts at the log end");
+        }
     }
     let pid = supervise::spawn_supervisor(&plan)?;
     println!(
@@ -231,6 +266,50 @@ pub async fn up(args: &UpArgs, database_url: &str, state_dir: &Path) -> anyhow::
         }
         pending = still;
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The enrichment group has formed when its workers own every partition between them. On
+    // tansu a group can be wedged for good (two members that left at once, e.g. a lab stopped
+    // before `labctl down` stopped its consumers one by one): say so instead of leaving a
+    // silently growing lag.
+    let workers: Vec<u16> = plan
+        .procs
+        .iter()
+        .filter(|p| p.binary == "enrichment")
+        .map(|p| p.port)
+        .collect();
+    if !workers.is_empty() {
+        let partitions = f64::from(lab_api::events::DOC_INGESTED_PARTITIONS);
+        loop {
+            let mut owned = 0.0;
+            for port in &workers {
+                if let Ok(r) = client.get(format!("{}/metrics", url(*port))).send().await {
+                    let text = r.text().await.unwrap_or_default();
+                    owned += lab_core::exposition::samples(&text)
+                        .filter(|s| s.name == "enrichment_assigned_partitions")
+                        .map(|s| s.value)
+                        .sum::<f64>();
+                }
+            }
+            if owned >= partitions {
+                break;
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "the enrichment workers own {owned} of {partitions} partitions of doc.ingested \
+                     after {} s: the consumer group did not form. On tansu this is a known broker \
+                     limitation (a group whose members left at once stays wedged); restart the \
+                     broker with `scripts/deps.sh --restart-kafka`, then `labctl down` and \
+                     `labctl up` again. Logs: {}",
+                    args.wait_seconds,
+                    state_dir.join("logs").display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        println!(
+            "enrichment group formed: {partitions} partitions over {} workers",
+            workers.len()
+        );
     }
     println!("lab is up:");
     for p in &plan.procs {

@@ -322,7 +322,7 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Tenants { command } => tenants::run(command, &cli.database_url).await?,
         Command::Flags { command } => flags::run(command, &cli.redis_url, &cli.state_dir).await?,
-        Command::Kafka { command } => kafka::run(command).await?,
+        Command::Kafka { command } => kafka::run(command, &cli.state_dir).await?,
         Command::Supervise { plan } => supervise::supervise(&plan).await?,
     }
     Ok(())

@@ -105,7 +105,7 @@ pub const ROWS: &[(&str, &str, &str)] = &[
     ("retry_budget_tokens_min", "Retry budget tokens (min)", ""),
     (
         "enrichment_lag_max",
-        "Enrichment consumer lag, all partitions (max; off the request path)",
+        "Enrichment consumer lag, sum over partitions (max; off the request path)",
         "",
     ),
     (
@@ -390,8 +390,9 @@ pub fn summarize(
             min,
         ),
     );
-    // Summed over the workers (each reports the partitions it owns): the group's total backlog,
-    // what `kafka-consumer-groups.sh --describe` adds up. The postmortem's false lead 3.
+    // Every worker reports the group's lag on every partition: summed over partitions per worker
+    // (the group's total backlog, what `kafka-consumer-groups.sh --describe` adds up), then the
+    // max over workers and ticks. The postmortem's false lead 3.
     put(
         "enrichment_lag_max",
         s.gauge(
@@ -399,7 +400,7 @@ pub fn summarize(
             "enrichment",
             "enrichment_consumer_lag",
             all,
-            false,
+            true,
             max,
         ),
     );
