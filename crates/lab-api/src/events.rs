@@ -16,10 +16,11 @@ pub const ENRICHMENT_GROUP: &str = "enrichment-workers";
 /// `doc_id` (one document's events stay in one partition, in order).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct DocIngested {
-    /// The extraction's identity: the gateway's request id, the same on every gateway attempt of
-    /// one request. A consumer applies each `event_id` once: the same extraction published twice
-    /// (a legacy gateway retry whose first attempt also finished, a producer retry) changes
-    /// nothing the second time.
+    /// The gateway's request id, the same on every gateway attempt of one request. With the tenant
+    /// and the document it is the extraction's identity: a consumer applies each
+    /// `(tenant_id, doc_id, event_id)` once, so the same extraction published twice (a legacy
+    /// gateway retry whose first attempt also finished, a producer retry) changes nothing the
+    /// second time, while a client that reuses request ids cannot make two documents collide.
     pub event_id: String,
     pub doc_id: String,
     pub tenant_id: i64,

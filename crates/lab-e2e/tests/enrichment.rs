@@ -93,9 +93,11 @@ async fn n_extractions_make_exactly_n_enrichment_rows() {
         N as f64
     );
     // Both workers share the partitions.
-    let owned = Lab::metric(&w1.url, "enrichment_assigned_partitions", "").await
-        + Lab::metric(&w2.url, "enrichment_assigned_partitions", "").await;
-    assert_eq!(owned, 12.0);
+    let (o1, o2) = (
+        Lab::metric(&w1.url, "enrichment_assigned_partitions", "").await,
+        Lab::metric(&w2.url, "enrichment_assigned_partitions", "").await,
+    );
+    assert!(o1 > 0.0 && o2 > 0.0 && o1 + o2 == 12.0, "{o1} + {o2}");
 }
 
 /// The broker stops answering (SIGSTOP) while extractions go on: every extraction still succeeds

@@ -123,7 +123,10 @@ pub fn group_lag(
 
 /// Start a NEW consumer group at the current log end: commit, for `group`, the high watermark of
 /// every partition of `topic`, from outside the group (no member needed). Its members then read
-/// exactly what is published from now on — nothing older is re-read, nothing newer is missed.
+/// what is published from now on, nothing newer is missed. (On tansu the high watermark is only
+/// exact if every batch held one event — the native lab's setting; after batched history it is
+/// lower than the true log end, so some old events are re-read, which idempotent consumers
+/// absorb.)
 /// Returns the partitions committed. Blocking.
 pub fn start_group_at_log_end(
     bootstrap: &str,

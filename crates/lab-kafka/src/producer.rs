@@ -218,9 +218,10 @@ impl EventProducer {
     }
 
     /// Graceful shutdown: wait up to `timeout` for queued events to be delivered. Returns how
-    /// many were still undelivered (they are purged when the producer is dropped, and counted as
-    /// delivery failures with reason `PurgeQueue` / `PurgeInflight`). Blocking: call it from
-    /// `spawn_blocking` or after the runtime's work is done.
+    /// many were still undelivered and logs that number — the count that survives the process
+    /// (they are purged when the producer is dropped; the `PurgeQueue` / `PurgeInflight` failures
+    /// land in a registry nobody scrapes any more). Blocking: call it from `spawn_blocking` or
+    /// after the runtime's work is done.
     pub fn flush(&self, timeout: Duration) -> i32 {
         let _ = self.producer.flush(timeout);
         let left = self.producer.in_flight_count();

@@ -28,6 +28,7 @@ pub struct KafkaSettings {
     pub topic: String,
     pub group_id: String,
     pub session_timeout_ms: u64,
+    pub max_poll_interval_ms: u64,
     pub lag_interval_ms: u64,
 }
 

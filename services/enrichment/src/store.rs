@@ -1,12 +1,48 @@
 //! The idempotent write of one `doc.ingested` event.
 //!
-//! One transaction: record the event's id, and only if that inserted a row, add its mentions to
+//! One transaction: record the event's key (tenant, document, request id), and only if that
+//! inserted a row, add its mentions to
 //! `tenant_entity_mentions` and its entity pairs to `entity_cooccurrence`. Applied twice, the
 //! second transaction finds the id and changes nothing. Rows are upserted in key order, so two
 //! workers applying documents of the same tenant lock shared rows in the same order and do not
 //! deadlock each other (a deadlock would still be retried, see [`crate::worker`]).
 
 use lab_api::events::DocIngested;
+
+/// Why an event could not be applied.
+#[derive(Debug)]
+pub enum ApplyError {
+    /// Retrying cannot help: the event's values do not fit the schema (a count beyond `integer`,
+    /// a time PostgreSQL cannot represent; SQLSTATE classes 22 and 23). The worker counts it as
+    /// `invalid` and moves on, so one bad event cannot stall its partition.
+    Permanent(String),
+    /// Anything else (PostgreSQL down, a deadlock, a lost connection): retry.
+    Transient(tokio_postgres::Error),
+}
+
+impl From<tokio_postgres::Error> for ApplyError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        match e.code().map(|c| c.code()) {
+            Some(code) if code.starts_with("22") || code.starts_with("23") => {
+                ApplyError::Permanent(e.to_string())
+            }
+            _ => ApplyError::Transient(e),
+        }
+    }
+}
+
+impl std::fmt::Display for ApplyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ApplyError::Permanent(m) => write!(f, "permanent: {m}"),
+            ApplyError::Transient(e) => write!(f, "transient: {e}"),
+        }
+    }
+}
+
+fn int4(what: &str, v: i64) -> Result<i32, ApplyError> {
+    i32::try_from(v).map_err(|_| ApplyError::Permanent(format!("{what} = {v} does not fit")))
+}
 
 /// What applying an event did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,7 +58,7 @@ const INSERT_DOCUMENT: &str = "\
         (event_id, tenant_id, doc_id, entities, mentions, unresolved, extracted_at, \
          kafka_partition, kafka_offset) \
     VALUES ($1, $2, $3, $4, $5, $6, to_timestamp($7::float8 / 1000.0), $8, $9) \
-    ON CONFLICT (event_id) DO NOTHING";
+    ON CONFLICT (tenant_id, doc_id, event_id) DO NOTHING";
 
 const UPSERT_MENTIONS: &str = "\
     INSERT INTO tenant_entity_mentions AS m (tenant_id, entity_id, documents, mentions, last_seen) \
@@ -52,10 +88,12 @@ pub async fn apply(
     event: &DocIngested,
     origin: Origin,
     max_pairs_entities: usize,
-) -> Result<Applied, tokio_postgres::Error> {
+) -> Result<Applied, ApplyError> {
     let (entity_ids, counts) = mention_columns(event);
     let (a, b) = pairs(event, max_pairs_entities);
-    let mentions: i64 = counts.iter().sum();
+    let entities = int4("entities", entity_ids.len() as i64)?;
+    let mentions = int4("mentions", counts.iter().sum())?;
+    let unresolved = int4("unresolved", event.unresolved as i64)?;
 
     let tx = client.transaction().await?;
     let doc = tx.prepare_cached(INSERT_DOCUMENT).await?;
@@ -66,9 +104,9 @@ pub async fn apply(
                 &event.event_id,
                 &event.tenant_id,
                 &event.doc_id,
-                &(entity_ids.len() as i32),
-                &(mentions as i32),
-                &(event.unresolved as i32),
+                &entities,
+                &mentions,
+                &unresolved,
                 &(event.extracted_at_unix_ms as f64),
                 &origin.partition,
                 &origin.offset,

@@ -17,6 +17,7 @@
 //! | `enrichment_consumer_lag` | `partition` | the group's lag: log end − committed offset, for EVERY partition of the topic, reported by each worker (read it with `max by (partition)`); a group that owns nothing still shows its backlog ([`lab_kafka::lag`]) |
 //! | `enrichment_rebalances_total` | `kind` | `assign`, `revoke`, `error` |
 //! | `enrichment_assigned_partitions` | | partitions this worker owns now |
+//! | `enrichment_paused` | | 1 while consumption is paused by `fault.enrichment.paused` |
 //! | `enrichment_write_retries_total` | | writes that failed and were retried (PostgreSQL down, a deadlock) |
 
 use std::collections::HashMap;
@@ -39,7 +40,7 @@ use tokio::sync::watch;
 use tracing::Instrument as _;
 
 use crate::configuration::Settings;
-use crate::store::{self, Applied, Origin};
+use crate::store::{self, Applied, ApplyError, Origin};
 
 /// The flag that pauses consumption (deploy/flags/flags.json).
 pub const PAUSE_FLAG: &str = "fault.enrichment.paused";
@@ -62,6 +63,7 @@ pub struct WorkerMetrics {
     lag: IntGaugeVec,
     rebalances: IntCounterVec,
     assigned: IntGauge,
+    paused: IntGauge,
     write_retries: IntCounter,
 }
 
@@ -121,6 +123,10 @@ impl WorkerMetrics {
                 "enrichment_assigned_partitions",
                 "Partitions of doc.ingested this worker owns",
             ),
+            paused: m.gauge(
+                "enrichment_paused",
+                "1 while this worker has paused consumption (flag fault.enrichment.paused)",
+            ),
             write_retries: m.register(
                 IntCounter::new(
                     "enrichment_write_retries_total",
@@ -143,13 +149,13 @@ pub struct WorkerContext {
 impl ClientContext for WorkerContext {}
 
 impl ConsumerContext for WorkerContext {
-    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+    fn pre_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         match rebalance {
             Rebalance::Revoke(tpl) => {
                 self.metrics.rebalances.with_label_values(&["revoke"]).inc();
-                // Hand the partitions over with every applied event committed, so the next owner
-                // re-reads as little as possible (correctness does not depend on it).
-                commit_stored(consumer, "partitions revoked");
+                // No commit here: with enable.auto.commit librdkafka itself commits the stored
+                // offsets of the partitions it removes, and a Sync commit from this callback would
+                // block the runtime thread polling the consumer without a bound.
                 // The floor of the lag's log end is only known for partitions this worker reads.
                 let mut ends = self.consumed_end.lock().expect("not poisoned");
                 for e in tpl.elements() {
@@ -168,9 +174,17 @@ impl ConsumerContext for WorkerContext {
     fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         if let Rebalance::Assign(tpl) = rebalance {
             self.metrics.rebalances.with_label_values(&["assign"]).inc();
-            if self.paused.load(Ordering::SeqCst) && tpl.count() > 0 {
-                if let Err(e) = consumer.pause(tpl) {
-                    tracing::warn!(error = %e, "could not pause newly assigned partitions");
+            // Both ways, every time: librdkafka keeps a partition's application-level pause across
+            // revoke and re-assign, so a partition that moved away while the flag was on and came
+            // back after it went off would otherwise never be fetched again.
+            if tpl.count() > 0 {
+                let res = if self.paused.load(Ordering::SeqCst) {
+                    consumer.pause(tpl)
+                } else {
+                    consumer.resume(tpl)
+                };
+                if let Err(e) = res {
+                    tracing::warn!(error = %e, "could not pause/resume newly assigned partitions");
                 }
             }
             tracing::info!(partitions = ?partitions_of(tpl), "partitions assigned");
@@ -239,6 +253,7 @@ pub fn consumer(
         // events published before any worker ran are enriched too.
         .set("auto.offset.reset", "earliest")
         .set("session.timeout.ms", k.session_timeout_ms.to_string())
+        .set("max.poll.interval.ms", k.max_poll_interval_ms.to_string())
         .set(
             "heartbeat.interval.ms",
             (k.session_timeout_ms / 3).max(1).to_string(),
@@ -307,13 +322,13 @@ impl Worker {
     fn sync_pause(&self) {
         let want = self.flags.snapshot().enabled(PAUSE_FLAG);
         let ctx = self.consumer.context();
-        if ctx.paused.swap(want, Ordering::SeqCst) == want {
+        if ctx.paused.load(Ordering::SeqCst) == want {
             return;
         }
         let owned = match self.consumer.assignment() {
             Ok(a) => a,
             Err(e) => {
-                tracing::warn!(error = %e, "reading the assignment failed");
+                tracing::warn!(error = %e, "reading the assignment failed; retrying");
                 return;
             }
         };
@@ -323,10 +338,13 @@ impl Worker {
             self.consumer.resume(&owned)
         };
         match res {
+            // Recorded only once done, so a failed pause/resume is tried again on the next check.
             Ok(()) => {
+                ctx.paused.store(want, Ordering::SeqCst);
+                ctx.metrics.paused.set(i64::from(want));
                 tracing::info!(paused = want, partitions = ?partitions_of(&owned), "flag {PAUSE_FLAG}")
             }
-            Err(e) => tracing::warn!(error = %e, paused = want, "pause/resume failed"),
+            Err(e) => tracing::warn!(error = %e, paused = want, "pause/resume failed; retrying"),
         }
     }
 
@@ -366,15 +384,21 @@ impl Worker {
                     return false;
                 };
                 match applied {
-                    Applied::New => m.applied.inc(),
-                    Applied::Duplicate => m.duplicate.inc(),
+                    Ok(Applied::New) => m.applied.inc(),
+                    Ok(Applied::Duplicate) => m.duplicate.inc(),
+                    Err(why) => {
+                        // Retrying cannot help; stalling the partition behind it would be worse.
+                        m.invalid.inc();
+                        tracing::warn!(partition, offset, event_id = %event.event_id, error = %why, "skipping an event the schema rejects");
+                    }
                 }
                 m.duration.observe(started.elapsed().as_secs_f64());
                 let now_ms = SystemTime::now()
                     .duration_since(UNIX_EPOCH)
                     .map_or(0, |d| d.as_millis() as i64);
-                m.age
-                    .observe((now_ms - event.extracted_at_unix_ms).max(0) as f64 / 1000.0);
+                m.age.observe(
+                    now_ms.saturating_sub(event.extracted_at_unix_ms).max(0) as f64 / 1000.0,
+                );
             }
             other => {
                 // A poison message must not stall its partition: count, log, move on.
@@ -396,12 +420,13 @@ impl Worker {
     }
 
     /// The write, retried with capped exponential backoff until it succeeds or the worker stops.
+    /// A permanent failure (the event does not fit the schema) is not retried: `Ok(None)`.
     async fn apply_until_done(
         &self,
         event: &DocIngested,
         origin: Origin,
         stop: &mut watch::Receiver<bool>,
-    ) -> Option<Applied> {
+    ) -> Option<Result<Applied, String>> {
         let e = &self.settings.enrich;
         let mut backoff = Duration::from_millis(e.retry_initial_ms);
         loop {
@@ -409,10 +434,14 @@ impl Worker {
                 let mut client = self.pool.get().await.map_err(|e| e.to_string())?;
                 store::apply(&mut client, event, origin, e.max_entities_for_pairs)
                     .await
-                    .map_err(|e| e.to_string())
+                    .map_err(|e| match e {
+                        ApplyError::Permanent(m) => format!("permanent: {m}"),
+                        ApplyError::Transient(e) => e.to_string(),
+                    })
             };
             match attempt.await {
-                Ok(applied) => return Some(applied),
+                Ok(applied) => return Some(Ok(applied)),
+                Err(err) if err.starts_with("permanent: ") => return Some(Err(err)),
                 Err(err) => {
                     self.consumer.context().metrics.write_retries.inc();
                     tracing::warn!(
@@ -467,7 +496,12 @@ async fn lag_loop(
                 .lock()
                 .expect("not poisoned")
                 .clone();
-            lab_kafka::lag::measure(r.as_ref(), &t, &partitions, &ends, LAG_QUERY_TIMEOUT)
+            let lags =
+                lab_kafka::lag::measure(r.as_ref(), &t, &partitions, &ends, LAG_QUERY_TIMEOUT);
+            // Serve the reader's own queue (its log and error events land there): unpolled, it
+            // would grow for as long as the worker runs.
+            let _ = r.poll(Duration::ZERO);
+            lags
         })
         .await;
         match res {

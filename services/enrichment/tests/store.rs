@@ -78,4 +78,20 @@ async fn an_event_applied_twice_changes_nothing_the_second_time() {
         Applied::Duplicate
     );
     assert_eq!(state(&db.url).await, once);
+
+    // The same request id from another tenant, or for another document (a client reusing its
+    // X-Request-Id values), is another extraction.
+    let mut other_tenant = event("req-a", &[(1, 1)]);
+    other_tenant.tenant_id = 8;
+    let mut other_doc = event("req-a", &[(1, 1)]);
+    other_doc.doc_id = "another-document".into();
+    assert_eq!(
+        apply(&mut client, &other_tenant, origin, 64).await.unwrap(),
+        Applied::New
+    );
+    assert_eq!(
+        apply(&mut client, &other_doc, origin, 64).await.unwrap(),
+        Applied::New
+    );
+    assert_eq!(state(&db.url).await.0, 4);
 }

@@ -279,27 +279,41 @@ pub async fn up(args: &UpArgs, database_url: &str, state_dir: &Path) -> anyhow::
         .collect();
     if !workers.is_empty() {
         let partitions = f64::from(lab_api::events::DOC_INGESTED_PARTITIONS);
+        // Formed = every worker owns some partitions and together they own all of them, on polls
+        // spanning more than a heartbeat (2 s): "12 + 0" is a join still in progress.
+        let mut stable_since: Option<Instant> = None;
         loop {
-            let mut owned = 0.0;
+            let mut owned = Vec::new();
             for port in &workers {
+                let mut n = 0.0;
                 if let Ok(r) = client.get(format!("{}/metrics", url(*port))).send().await {
                     let text = r.text().await.unwrap_or_default();
-                    owned += lab_core::exposition::samples(&text)
+                    n = lab_core::exposition::samples(&text)
                         .filter(|s| s.name == "enrichment_assigned_partitions")
                         .map(|s| s.value)
                         .sum::<f64>();
                 }
+                owned.push(n);
             }
-            if owned >= partitions {
-                break;
+            let total: f64 = owned.iter().sum();
+            // More workers than partitions: some legitimately own none.
+            let formed = total == partitions
+                && (owned.len() as f64 > partitions || owned.iter().all(|n| *n > 0.0));
+            if formed {
+                let since = *stable_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= Duration::from_millis(2500) {
+                    break;
+                }
+            } else {
+                stable_since = None;
             }
             if Instant::now() >= deadline {
                 bail!(
-                    "the enrichment workers own {owned} of {partitions} partitions of doc.ingested \
-                     after {} s: the consumer group did not form. On tansu this is a known broker \
-                     limitation (a group whose members left at once stays wedged); restart the \
-                     broker with `scripts/deps.sh --restart-kafka`, then `labctl down` and \
-                     `labctl up` again. Logs: {}",
+                    "the enrichment workers own {owned:?} of {partitions} partitions of \
+                     doc.ingested after {} s: the consumer group did not form. On tansu this is a \
+                     known broker limitation (a group a member left during a rebalance stays \
+                     wedged; scripts/README.md); restart the broker with `scripts/deps.sh \
+                     --restart-kafka`, then `labctl down` and `labctl up` again. Logs: {}",
                     args.wait_seconds,
                     state_dir.join("logs").display()
                 );
