@@ -89,14 +89,14 @@ pub fn measure<C: ConsumerContext, K: Consumer<C>>(
     Ok(out)
 }
 
-/// A group's lag over every partition of `topic`, read from outside the group (a consumer that
-/// carries the group id but never joins — what `kafka-consumer-groups.sh` does). Blocking.
-pub fn group_lag(
+/// A client that carries `group`'s id but never joins it (it reads and commits the group's offsets,
+/// as `kafka-consumer-groups.sh` does), and the partitions of `topic`.
+fn outside_the_group(
     bootstrap: &str,
     group: &str,
     topic: &str,
     timeout: Duration,
-) -> anyhow::Result<Vec<PartitionLag>> {
+) -> anyhow::Result<(BaseConsumer, Vec<i32>)> {
     let consumer: BaseConsumer = crate::client_config(bootstrap)
         .set("group.id", group)
         .set("enable.auto.commit", "false")
@@ -110,8 +110,21 @@ pub fn group_lag(
         .unwrap_or_default();
     anyhow::ensure!(
         !partitions.is_empty(),
-        "topic {topic} has no partitions on {bootstrap} (does it exist?)"
+        "topic {topic} has no partitions on {bootstrap} (does it exist? `labctl up` creates \
+         doc.ingested)"
     );
+    Ok((consumer, partitions))
+}
+
+/// A group's lag over every partition of `topic`, read from outside the group (a consumer that
+/// carries the group id but never joins — what `kafka-consumer-groups.sh` does). Blocking.
+pub fn group_lag(
+    bootstrap: &str,
+    group: &str,
+    topic: &str,
+    timeout: Duration,
+) -> anyhow::Result<Vec<PartitionLag>> {
+    let (consumer, partitions) = outside_the_group(bootstrap, group, topic, timeout)?;
     Ok(measure(
         &consumer,
         topic,
@@ -134,21 +147,7 @@ pub fn start_group_at_log_end(
     topic: &str,
     timeout: Duration,
 ) -> anyhow::Result<usize> {
-    let consumer: BaseConsumer = crate::client_config(bootstrap)
-        .set("group.id", group)
-        .set("enable.auto.commit", "false")
-        .create()?;
-    let md = consumer.fetch_metadata(Some(topic), timeout)?;
-    let partitions: Vec<i32> = md
-        .topics()
-        .iter()
-        .find(|t| t.name() == topic)
-        .map(|t| t.partitions().iter().map(|p| p.id()).collect())
-        .unwrap_or_default();
-    anyhow::ensure!(
-        !partitions.is_empty(),
-        "topic {topic} has no partitions on {bootstrap} (does it exist?)"
-    );
+    let (consumer, partitions) = outside_the_group(bootstrap, group, topic, timeout)?;
     let mut tpl = TopicPartitionList::new();
     for &p in &partitions {
         let (_, high) = consumer.fetch_watermarks(topic, p, timeout)?;
