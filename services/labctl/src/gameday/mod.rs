@@ -67,6 +67,11 @@ pub struct GamedayArgs {
     /// Exit non-zero when a scenario expectation for this mode is not met.
     #[arg(long)]
     pub strict: bool,
+    /// Seed of the document stream and the arrivals. The default repeats the same documents
+    /// run after run (comparable game days on fresh labs); give back-to-back runs on ONE lab
+    /// different seeds, or the second run finds the first's documents in the caches.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
 }
 
 #[derive(Serialize)]
@@ -229,7 +234,7 @@ pub async fn run(
             TenantMix::Size
         }),
         max_in_flight: 10_000,
-        seed: 1,
+        seed: args.seed,
         out: None,
         docs: Docs::Stream,
     };
