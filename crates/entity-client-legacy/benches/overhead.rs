@@ -52,7 +52,9 @@ fn main() {
     rt.block_on(async {
         let stub = Stub::start(Reply::ok()).await;
         let metrics = Metrics::new();
-        let legacy = entity_client_legacy::Client::new(vec![stub.url.clone()], &metrics)
+        let families = entity_client::metrics::ClientMetrics::register(&metrics)
+            .expect("entity-client families");
+        let legacy = entity_client_legacy::Client::new(vec![stub.url.clone()], families.clone())
             .expect("legacy client");
         let fixed = entity_client::Client::new(
             ClientConfig {
@@ -62,7 +64,7 @@ fn main() {
                 breaker: Default::default(),
                 max_concurrency: 16,
             },
-            &metrics,
+            families,
         )
         .expect("fixed client");
         let (req, ctx, controls) = (request(), ctx(), Controls::default());

@@ -23,7 +23,6 @@ use bytes::Bytes;
 use lab_api::headers;
 use lab_api::wire::{ResolveRequest, ResolveResponse};
 use lab_core::call::CallContext;
-use lab_core::metrics::Metrics;
 use tokio::time::Instant;
 use tracing::Instrument;
 
@@ -75,8 +74,12 @@ struct Inner {
     max_attempts: u32,
     /// The per-host cap on requests in flight.
     pool: HostPool,
-    /// The families shared with the fixed client.
+    /// The families shared with the fixed client (user traffic).
     metrics: ClientMetrics,
+    /// Where the deep readiness probe's calls are counted (`entity_probe_*`): the probe goes
+    /// through the same client and slots as users (that is the bug), but its attempts are not
+    /// users' attempts.
+    probe_metrics: ClientMetrics,
 }
 
 struct Target {
@@ -89,20 +92,23 @@ struct Meta {
     doc_id: String,
     request_id: Option<String>,
     observe_user_deadline: Option<String>,
+    traffic: Traffic,
 }
 
 impl Client {
     /// The orchestrator's `NewClient(baseURL)`: `httpx.New()` "called with zero options" —
-    /// everything inherited, the 10 s [`DEFAULT_TIMEOUT`] included.
-    pub fn new(base_urls: Vec<String>, metrics: &Metrics) -> anyhow::Result<Self> {
+    /// everything inherited, the 10 s [`DEFAULT_TIMEOUT`] included. `metrics`: the process's
+    /// entity-client families ([`ClientMetrics::register`], once), shared with the fixed client.
+    pub fn new(base_urls: Vec<String>, metrics: ClientMetrics) -> anyhow::Result<Self> {
         Self::with_options(base_urls, Options::default(), metrics)
     }
 
-    /// `httpx.New(opts...)`: `None` options inherit the package defaults.
+    /// `httpx.New(opts...)`: `None` options inherit the package defaults. Probe calls
+    /// ([`Client::ready`]) are counted nowhere until [`Client::with_probe_metrics`] says where.
     pub fn with_options(
         base_urls: Vec<String>,
         opts: Options,
-        metrics: &Metrics,
+        metrics: ClientMetrics,
     ) -> anyhow::Result<Self> {
         ensure!(
             !base_urls.is_empty(),
@@ -144,7 +150,6 @@ impl Client {
             .no_proxy()
             .build()
             .context("legacy entity client: building the HTTP client")?;
-        let metrics = ClientMetrics::get_or_register(metrics)?;
         let mut hosts: Vec<String> = targets.iter().map(|t| t.host.clone()).collect();
         hosts.sort();
         hosts.dedup();
@@ -158,8 +163,30 @@ impl Client {
                 max_attempts,
                 pool,
                 metrics,
+                probe_metrics: ClientMetrics::unregistered(),
             }),
         })
+    }
+
+    /// Count the deep readiness probe's calls in `probe` ([`ClientMetrics::register_probe`]).
+    /// Call before the client is shared.
+    pub fn with_probe_metrics(mut self, probe: ClientMetrics) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.probe_metrics = probe;
+        }
+        self
+    }
+
+    /// Tests only: hold one of `base_url`'s connection slots until the returned slot is dropped.
+    ///
+    /// Why a hook: with FIFO slots and one clock for every call, a waiter can only reach its
+    /// timeout while still waiting at an exact tie — every call ahead of it started earlier and
+    /// releases its slot by its own (earlier) deadline. A slot held from outside the clock is the
+    /// only deterministic way to show what happens when the wait does outlast the timeout.
+    #[cfg(feature = "test-support")]
+    pub async fn hold_slot_for_tests(&self, base_url: &str) -> crate::pool::Slot {
+        let host = target(base_url).expect("a valid base URL").host;
+        self.inner.pool.acquire(&host).await
     }
 
     /// The per-attempt timeout in force (10 s unless an option said otherwise).
@@ -177,6 +204,17 @@ impl Client {
         ctx: &CallContext,
         req: &ResolveRequest,
         retries_enabled: bool,
+    ) -> Result<ResolveResponse, Error> {
+        self.resolve_as(ctx, req, retries_enabled, Traffic::User)
+            .await
+    }
+
+    async fn resolve_as(
+        &self,
+        ctx: &CallContext,
+        req: &ResolveRequest,
+        retries_enabled: bool,
+        traffic: Traffic,
     ) -> Result<ResolveResponse, Error> {
         let body = serde_json::to_vec(req)
             .map(Bytes::from)
@@ -196,9 +234,10 @@ impl Client {
             doc_id: req.doc_id.clone(),
             request_id: ctx.request_id.clone(),
             observe_user_deadline: ctx.observe_user_deadline.clone(),
+            traffic,
         };
         // The parent stays in this (the caller's) future; the child goes with the work.
-        let (parent, child) = self.inner.metrics.span_pair();
+        let (parent, child) = self.inner.metrics_for(traffic).span_pair();
         // The span is opened HERE, in the caller's context — a child of `orchestrator.Extract`,
         // in the end user's trace — and then carried into the detached task below. So when the
         // caller is gone, its trace shows what the postmortem's Jaeger waterfall showed at 10:41:
@@ -251,21 +290,42 @@ impl Client {
     // rotation) pulls the pod, traffic concentrates on the rest, their pools fill: "a machine
     // that, on detecting stress, systematically removed healthy capacity until nothing was left".
     /// The orchestrator's deep readiness: a resolve of doc `healthcheck` with no spans (and no
-    /// tenant: 0) through the SAME client and the SAME per-host pool as production traffic.
-    pub async fn ready(&self) -> Result<(), Error> {
+    /// tenant: 0) through the SAME client, loop and per-host pool as production traffic — with
+    /// the same retry kill switch (`retries.entity.enabled`) — counted as probe traffic: in the
+    /// `entity_probe_*` families here, and marked `x-lab-traffic: probe` for entity-service.
+    pub async fn ready(&self, retries_enabled: bool) -> Result<(), Error> {
         let req = ResolveRequest {
             doc_id: "healthcheck".into(),
             tenant: 0,
             locale: None,
             spans: vec![],
         };
-        self.resolve(&CallContext::default(), &req, true)
-            .await
-            .map(|_| ())
+        self.resolve_as(
+            &CallContext::default(),
+            &req,
+            retries_enabled,
+            Traffic::Probe,
+        )
+        .await
+        .map(|_| ())
     }
 }
 
+/// Who a call is for: it decides the metric families, never the behaviour.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Traffic {
+    User,
+    Probe,
+}
+
 impl Inner {
+    fn metrics_for(&self, traffic: Traffic) -> &ClientMetrics {
+        match traffic {
+            Traffic::User => &self.metrics,
+            Traffic::Probe => &self.probe_metrics,
+        }
+    }
+
     /// The retry loop of `entity.(*Client).Resolve`, running detached.
     async fn run(
         &self,
@@ -275,6 +335,7 @@ impl Inner {
         child: &ChildSpan,
     ) -> Result<ResolveResponse, Error> {
         let started = Instant::now();
+        let metrics = self.metrics_for(meta.traffic);
         let mut attempt: u32 = 0;
         loop {
             let target =
@@ -296,7 +357,7 @@ impl Inner {
             drop(span);
             if child.parent_ended() {
                 // This attempt's answer arrived for nobody: "Nobody is listening. Result discarded."
-                self.metrics.record_abandoned();
+                metrics.record_abandoned();
             }
             let err = match result {
                 Ok(answer) => return Ok(answer),
@@ -306,13 +367,14 @@ impl Inner {
                 return Err(err);
             }
             let more = attempt + 1 < max_attempts;
-            if more {
-                self.metrics.record_retry(retry_class_of(&err));
-            }
             // LAB-BUG(no-jitter) and LAB-BUG(orphaned-work): `time.Sleep(backoff(attempt))` —
             // the same 200/400/800 ms on every pod, slept after every failure INCLUDING the last,
             // and "blocks even if the caller is long gone" (this task ignores the caller).
             tokio::time::sleep(backoff(attempt)).await;
+            if more {
+                // Counted when the next `client.Do` starts (right below), never before the sleep.
+                metrics.record_retry(retry_class_of(&err));
+            }
             if !more {
                 let elapsed = started.elapsed();
                 // The postmortem's log line, thousands of times per second; its `elapsed_ms: 30412`
@@ -343,9 +405,13 @@ impl Inner {
         span: &tracing::Span,
     ) -> Result<ResolveResponse, Error> {
         let started = Instant::now();
+        // Set once a slot is held: a timeout before that never put anything on the wire.
+        let mut got_slot = false;
+        let got = &mut got_slot;
         let exchange = async {
             // LAB-BUG(pool-exhaustion): park here while the host's slots are all taken.
             let _slot = self.pool.acquire(&target.host).await;
+            *got = true;
             let mut rb = self
                 .http
                 .post(&target.url)
@@ -359,18 +425,27 @@ impl Inner {
             if let Some(d) = &meta.observe_user_deadline {
                 rb = rb.header(headers::OBSERVE_USER_DEADLINE, d);
             }
+            if meta.traffic == Traffic::Probe {
+                rb = rb.header(headers::TRAFFIC, headers::TRAFFIC_PROBE);
+            }
             // No X-Request-Budget-Ms: entity-service is never told how long anyone will wait.
             let resp = rb
                 .send()
                 .await
                 .map_err(|e| wire_error(&target.url, e, self.timeout))?;
             let status = resp.status();
+            let origin = resp
+                .headers()
+                .get(lab_contract::ORIGIN_HEADER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(lab_contract::errors::parse_origin);
             if status.is_server_error() {
                 // `resp.Body.Close()` without draining: the connection cannot be reused.
                 drop(resp);
                 return Err(Error::Upstream {
                     status: status.as_u16(),
                     body: String::new(),
+                    origin,
                 });
             }
             if !status.is_success() {
@@ -378,6 +453,7 @@ impl Inner {
                 return Err(Error::Upstream {
                     status: status.as_u16(),
                     body: text.chars().take(ERROR_BODY_KEPT).collect(),
+                    origin,
                 });
             }
             let bytes = resp
@@ -392,18 +468,23 @@ impl Inner {
         // connection slot included — so the slot wait is inside it.
         let result = match tokio::time::timeout(self.timeout, exchange).await {
             Ok(r) => r,
+            Err(_) if !got_slot => Err(Error::SlotTimeout {
+                url: target.url.clone(),
+                timeout: self.timeout,
+            }),
             Err(_) => Err(Error::Timeout {
                 url: target.url.clone(),
                 timeout: self.timeout,
             }),
         };
-        self.metrics
+        self.metrics_for(meta.traffic)
             .record_attempt(outcome_of(&result), started.elapsed());
         result
     }
 }
 
 fn wire_error(url: &str, e: reqwest::Error, timeout: Duration) -> Error {
+    let connect = e.is_connect();
     if e.is_timeout() {
         return Error::Timeout {
             url: url.to_string(),
@@ -420,6 +501,7 @@ fn wire_error(url: &str, e: reqwest::Error, timeout: Duration) -> Error {
     Error::Transport {
         url: url.to_string(),
         message,
+        connect,
     }
 }
 
@@ -427,6 +509,7 @@ fn outcome_of(result: &Result<ResolveResponse, Error>) -> &'static str {
     match result {
         Ok(_) => outcome::OK,
         Err(Error::Timeout { .. }) => outcome::TIMEOUT,
+        Err(Error::SlotTimeout { .. }) => outcome::SLOT_TIMEOUT,
         Err(Error::Upstream { status, .. }) => outcome::for_status(*status),
         Err(Error::Decode { .. }) => outcome::DECODE,
         Err(_) => outcome::TRANSPORT,
@@ -436,6 +519,7 @@ fn outcome_of(result: &Result<ResolveResponse, Error>) -> &'static str {
 fn retry_class_of(err: &Error) -> &'static str {
     match err {
         Error::Timeout { .. } => retry_class::TIMEOUT,
+        Error::SlotTimeout { .. } => retry_class::SLOT_TIMEOUT,
         Error::Upstream { status, .. } => retry_class::for_status(*status),
         _ => retry_class::TRANSPORT,
     }

@@ -1,16 +1,18 @@
 //! The legacy client writes the SAME metric families as the fixed client, defined once in
-//! [`entity_client::metrics`] (see its module docs for the full table). Both clients may live on
-//! one registry: [`ClientMetrics::get_or_register`] registers the families once per registry and
-//! hands the same handles to whichever client asks next.
+//! [`entity_client::metrics`] (see its module docs for the full table). Both clients live on one
+//! registry: the process registers the families once ([`ClientMetrics::register`]) and hands the
+//! same handles to both clients; the deep readiness probe's calls go to the probe families
+//! ([`ClientMetrics::register_probe`], `entity_probe_*`) instead.
 //!
 //! What each series means when THIS client writes it:
 //!
 //! - `entity_requests_total{outcome}` / `entity_request_duration_seconds{outcome}`: every attempt
-//!   `client.Do` made — `ok`, `timeout`, `error_5xx`, `error_4xx`, `transport`, `decode`; never
-//!   `cancelled`, because nothing cancels it. An attempt whose 10 s ran out while it was still
-//!   waiting for a per-host slot is a `timeout`, as Go's `Client.Timeout` reports it.
-//! - `entity_retries_total{class}`: retries started (the sleep after the LAST attempt is not a
-//!   retry and is not counted).
+//!   `client.Do` made, counted when it ends — `ok`, `timeout`, `error_5xx`, `error_4xx`,
+//!   `transport`, `decode`; never `cancelled`, because nothing cancels it. A call whose 10 s ran
+//!   out while it was still waiting for a per-host slot is `slot_timeout`: nothing went on the
+//!   wire (Go's `Client.Timeout` reports it as a timeout all the same, and the loop retries it).
+//! - `entity_retries_total{class}`: retries, counted when the next `client.Do` starts, after the
+//!   backoff sleep (the sleep after the LAST attempt is not a retry and is not counted).
 //! - `entity_abandoned_total`: attempts that COMPLETED after the caller had gone (the awaiting
 //!   future was dropped): each one ran its whole length for nobody. Fixed counts the attempts it
 //!   CUT when the caller went away; both answer "how many attempts' answers did nobody use?".

@@ -10,7 +10,7 @@ use crate::error::Error;
 /// Transport errors (timeouts included) and ANY 5xx: retry. 4xx: return at once.
 pub fn is_retryable(err: &Error) -> bool {
     match err {
-        Error::Timeout { .. } | Error::Transport { .. } => true,
+        Error::Timeout { .. } | Error::SlotTimeout { .. } | Error::Transport { .. } => true,
         Error::Upstream { status, .. } => *status >= 500,
         Error::Decode { .. } | Error::Exhausted { .. } | Error::Detached { .. } => false,
     }
@@ -26,6 +26,7 @@ mod tests {
         Error::Upstream {
             status,
             body: String::new(),
+            origin: None,
         }
     }
 
@@ -43,7 +44,18 @@ mod tests {
         }));
         assert!(is_retryable(&Error::Transport {
             url: "u".into(),
-            message: "reset".into()
+            message: "reset".into(),
+            connect: false,
+        }));
+        assert!(is_retryable(&Error::SlotTimeout {
+            url: "u".into(),
+            timeout: Duration::from_secs(10)
+        }));
+        // Even a 5xx that names a spent budget: this client never reads the table.
+        assert!(is_retryable(&Error::Upstream {
+            status: 504,
+            body: String::new(),
+            origin: Some(&lab_contract::errors::ES_BUDGET_REFUSED),
         }));
     }
 }

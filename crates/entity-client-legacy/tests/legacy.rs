@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use entity_client::metrics::ClientMetrics;
 use entity_client::test_support::{ctx, has_series, metric, request, Reply, Stub};
 use entity_client_legacy::{CallContext, Client, Error, Options, DEFAULT_TIMEOUT};
 use lab_core::metrics::Metrics;
@@ -11,9 +12,13 @@ use tokio::time::Instant;
 
 const MS: fn(u64) -> Duration = Duration::from_millis;
 
+fn registered(metrics: &Metrics) -> ClientMetrics {
+    ClientMetrics::register(metrics).expect("the entity-client families register once")
+}
+
 fn legacy(stub: &Stub) -> (Client, Metrics) {
     let metrics = Metrics::new();
-    let c = Client::new(vec![stub.url.clone()], &metrics).expect("client");
+    let c = Client::new(vec![stub.url.clone()], registered(&metrics)).expect("client");
     (c, metrics)
 }
 
@@ -205,7 +210,7 @@ async fn per_host_cap_queues_callers_beyond_it() {
             max_conns_per_host: Some(2),
             ..Options::default()
         },
-        &metrics,
+        registered(&metrics),
     )
     .unwrap();
     let (ctx, req) = (ctx(), request());
@@ -266,7 +271,7 @@ async fn ready_waits_behind_production_traffic_in_the_same_pool() {
             max_conns_per_host: Some(1),
             ..Options::default()
         },
-        &metrics,
+        registered(&metrics),
     )
     .unwrap();
     let (ctx, req) = (ctx(), request());
@@ -278,7 +283,7 @@ async fn ready_waits_behind_production_traffic_in_the_same_pool() {
         _ = stub.wait_for_in_flight(1) => {}
     }
     // The readiness probe queues for the same slot: a slow dependency makes this pod "not ready".
-    let (ready, traffic) = futures::future::join(client.ready(), traffic).await;
+    let (ready, traffic) = futures::future::join(client.ready(true), traffic).await;
     ready.expect("ready eventually");
     traffic.expect("traffic ok");
     assert_eq!(stub.requests(), 2, "readiness went to entity-service");
@@ -319,10 +324,11 @@ async fn resolve_forwards_ids_but_never_a_budget() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn both_clients_share_one_registry_in_either_order() {
+async fn both_clients_share_one_registration_in_either_order() {
     let stub = Stub::start(Reply::ok()).await;
     for legacy_first in [true, false] {
         let metrics = Metrics::new();
+        let families = registered(&metrics);
         let make_fixed = || {
             entity_client::Client::new(
                 entity_client::ClientConfig {
@@ -332,17 +338,17 @@ async fn both_clients_share_one_registry_in_either_order() {
                     breaker: Default::default(),
                     max_concurrency: 8,
                 },
-                &metrics,
+                families.clone(),
             )
             .expect("fixed client")
         };
         let (legacy, fixed) = if legacy_first {
-            let l = Client::new(vec![stub.url.clone()], &metrics).expect("legacy client");
+            let l = Client::new(vec![stub.url.clone()], families.clone()).expect("legacy client");
             (l, make_fixed())
         } else {
             let f = make_fixed();
             (
-                Client::new(vec![stub.url.clone()], &metrics).expect("legacy client"),
+                Client::new(vec![stub.url.clone()], families.clone()).expect("legacy client"),
                 f,
             )
         };
@@ -364,7 +370,6 @@ async fn both_clients_share_one_registry_in_either_order() {
 
 #[tokio::test]
 async fn with_options_refuses_values_that_would_hang() {
-    let metrics = Metrics::new();
     let url = vec!["http://127.0.0.1:1".to_string()];
     for opts in [
         Options {
@@ -380,9 +385,9 @@ async fn with_options_refuses_values_that_would_hang() {
             ..Options::default()
         },
     ] {
-        assert!(Client::with_options(url.clone(), opts, &metrics).is_err());
+        assert!(Client::with_options(url.clone(), opts, ClientMetrics::unregistered()).is_err());
     }
-    assert!(Client::new(vec![], &metrics).is_err());
+    assert!(Client::new(vec![], ClientMetrics::unregistered()).is_err());
 }
 
 #[test]
@@ -394,6 +399,79 @@ fn client_is_shareable_and_its_futures_are_send() {
         let req = request();
         let f = c.resolve(x, &req, true);
         send(&f);
-        send(&c.ready());
+        send(&c.ready(true));
     };
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slot_wait_that_outlasts_the_timeout_is_a_slot_timeout_with_nothing_sent() {
+    let stub = Stub::start(Reply::ok()).await;
+    let metrics = Metrics::new();
+    let client = Client::with_options(
+        vec![stub.url.clone()],
+        Options {
+            max_conns_per_host: Some(1),
+            ..Options::default()
+        },
+        registered(&metrics),
+    )
+    .unwrap();
+    let _held = client.hold_slot_for_tests(&stub.url).await;
+    let start = Instant::now();
+    let err = client.resolve(&ctx(), &request(), true).await.unwrap_err();
+    // Faithful to Go: three 10 s waits, each retried like any timeout, with the 200/400/800 ms
+    // sleeps — and not one request on the wire.
+    assert_eq!(start.elapsed(), Duration::from_millis(31_400));
+    assert_eq!(stub.requests(), 0, "nothing was ever sent");
+    match &err {
+        Error::Exhausted { last, .. } => {
+            assert!(matches!(**last, Error::SlotTimeout { .. }), "{err}")
+        }
+        other => panic!("{other}"),
+    }
+    assert_eq!(err.failure().code, "slot_timeout");
+    assert_eq!(
+        metric(
+            &metrics,
+            "entity_requests_total",
+            &[("outcome", "slot_timeout")]
+        ),
+        3.0,
+        "counted as what they were"
+    );
+    assert_eq!(
+        metric(&metrics, "entity_requests_total", &[("outcome", "timeout")]),
+        0.0,
+        "not as timeouts on the wire"
+    );
+    assert_eq!(
+        metric(
+            &metrics,
+            "entity_retries_total",
+            &[("class", "slot_timeout")]
+        ),
+        2.0
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn ready_is_probe_traffic_and_honours_the_retry_kill_switch() {
+    let stub = Stub::start(Reply::status(503)).await;
+    let metrics = Metrics::new();
+    let client = Client::new(vec![stub.url.clone()], registered(&metrics))
+        .unwrap()
+        .with_probe_metrics(ClientMetrics::register_probe(&metrics).unwrap());
+    client.ready(false).await.unwrap_err();
+    assert_eq!(
+        stub.requests(),
+        1,
+        "retries.entity.enabled=off: one attempt"
+    );
+    client.ready(true).await.unwrap_err();
+    assert_eq!(stub.requests(), 4, "on: three");
+    // All of it counted as probe traffic, none as a user's.
+    assert_eq!(metric(&metrics, "entity_probe_requests_total", &[]), 4.0);
+    assert_eq!(metric(&metrics, "entity_probe_retries_total", &[]), 2.0);
+    assert_eq!(metric(&metrics, "entity_requests_total", &[]), 0.0);
+    assert_eq!(metric(&metrics, "entity_retries_total", &[]), 0.0);
 }

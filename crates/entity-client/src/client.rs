@@ -7,11 +7,12 @@
 //! resolve(ctx) ─▶ deadline = min(ctx.deadline, now + budget.total)          (deadline_propagation)
 //!   loop:
 //!     retry?  ─▶ enough time after the backoff?  no ─▶ NoBudget            [shed: no_budget]
-//!             ─▶ retry-budget token?             no ─▶ RetryBudgetExhausted [shed: retry_budget]
+//!             ─▶ reserve a retry-budget token    no ─▶ RetryBudgetExhausted [shed: retry_budget]
 //!             ─▶ sleep full-jitter backoff (dropped with the caller)
 //!     remaining - guard_band >= 120 ms?          no ─▶ NoBudget            [shed: no_budget]
 //!     breaker admits?                            no ─▶ BreakerOpen         [shed: breaker_open]
 //!     limiter has a permit (no queue)?           no ─▶ ConcurrencyLimited  [shed: concurrency_limit]
+//!     retry: spend the token, count the retry    (a shed or a caller gone above refunds it)
 //!     attempt with min(remaining - guard_band, per_attempt), sending X-Request-Budget-Ms
 //!       ok                                 ─▶ deposit a retry token, return
 //!       timed out at the TOTAL deadline    ─▶ DeadlineExceeded (never retry a dead request)
@@ -31,7 +32,6 @@ use bytes::Bytes;
 use lab_api::headers;
 use lab_api::wire::{ResolveRequest, ResolveResponse};
 use lab_core::call::CallContext;
-use lab_core::metrics::Metrics;
 use tokio::time::Instant;
 use tracing::Instrument;
 
@@ -41,7 +41,7 @@ use crate::budget::{Budget, MIN_ATTEMPT_BUDGET};
 use crate::error::Error;
 use crate::limiter::Limiter;
 use crate::metrics::{outcome, retry_class, shed_reason, ClientMetrics};
-use crate::retry_budget::{RetryBudget, RetryBudgetConfig};
+use crate::retry_budget::{Reservation, RetryBudget, RetryBudgetConfig};
 use crate::retryability;
 use crate::spans;
 
@@ -138,7 +138,8 @@ pub struct Client {
 
 impl Client {
     /// A client, or an error saying which part of `config` is wrong (an invalid budget first).
-    pub fn new(config: ClientConfig, metrics: &Metrics) -> anyhow::Result<Self> {
+    /// `metrics`: the process's entity-client families ([`ClientMetrics::register`], once).
+    pub fn new(config: ClientConfig, metrics: ClientMetrics) -> anyhow::Result<Self> {
         // LAB-FIX(timeout-inversion): the budget is a required argument, validated here. There is
         // no package default to inherit: "a default timeout is a decision made by whoever edited
         // a file last, applied to callers they have never heard of." (The hop invariant between
@@ -179,7 +180,6 @@ impl Client {
             .no_proxy()
             .build()
             .context("entity client: building the HTTP client")?;
-        let metrics = ClientMetrics::get_or_register(metrics)?;
         Ok(Self {
             http,
             urls,
@@ -276,6 +276,11 @@ impl Client {
         let mut sent: u32 = 0;
         let mut last: Option<Error> = None;
         loop {
+            // A retry's token and class, held from before the backoff until the retry really
+            // goes out: everything that stops it first (a shed, the deadline, the caller leaving
+            // during the sleep) drops the reservation, which refunds the token, and no retry is
+            // counted — `entity_retries_total` counts retries that were sent.
+            let mut retry: Option<(Option<Reservation<'_>>, &'static str)> = None;
             if let Some(prev) = last.take() {
                 // LAB-FIX(no-jitter): full jitter, the upper bound doubling per retry.
                 let pause = self.backoff.delay(sent, controls.jitter);
@@ -286,21 +291,31 @@ impl Client {
                     return Err(self.no_budget(deadline, sent));
                 }
                 // LAB-FIX(retry-amplification): a retry is a loan against recent successes.
-                if controls.retry_budget && !self.retry_budget.withdraw() {
-                    self.metrics.record_shed(shed_reason::RETRY_BUDGET);
-                    tracing::debug!(attempts = sent, "retry refused: retry budget exhausted");
-                    return Err(Error::RetryBudgetExhausted {
-                        attempts: sent,
-                        last: Box::new(prev),
-                    });
-                }
-                self.metrics.record_retry(retry_class_of(&prev));
+                let token = if controls.retry_budget {
+                    match self.retry_budget.reserve() {
+                        Some(t) => Some(t),
+                        None => {
+                            self.metrics.record_shed(shed_reason::RETRY_BUDGET);
+                            tracing::debug!(
+                                attempts = sent,
+                                "retry refused: retry budget exhausted"
+                            );
+                            return Err(Error::RetryBudgetExhausted {
+                                attempts: sent,
+                                last: Box::new(prev),
+                            });
+                        }
+                    }
+                } else {
+                    None
+                };
                 tracing::debug!(
                     attempts = sent,
                     pause_ms = pause.as_millis() as u64,
                     error = %prev,
                     "retrying entity-service"
                 );
+                retry = Some((token, retry_class_of(&prev)));
                 // LAB-FIX(orphaned-work): this sleep is part of the caller's future — dropped with
                 // it — and can never run past the deadline (`time.Sleep` ignored both).
                 tokio::time::sleep_until(resume.min(deadline)).await;
@@ -344,6 +359,13 @@ impl Client {
                 None
             };
 
+            // Admitted by every control: a retry happens now, and only now is it one.
+            if let Some((token, class)) = retry.take() {
+                if let Some(t) = token {
+                    t.spend();
+                }
+                self.metrics.record_retry(class);
+            }
             sent += 1;
             let result = self
                 .attempt(ctx, body.clone(), attempt_budget, controls, sent - 1)
@@ -462,10 +484,17 @@ async fn exchange(rb: reqwest::RequestBuilder) -> Result<ResolveResponse, Error>
     let resp = rb.send().await.map_err(transport_error)?;
     let status = resp.status();
     if !status.is_success() {
+        // entity-service names the error-table row of its answer; the answer goes up as that row.
+        let origin = resp
+            .headers()
+            .get(lab_contract::ORIGIN_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(lab_contract::errors::parse_origin);
         let body = drain(resp).await;
         return Err(Error::Upstream {
             status: status.as_u16(),
             body,
+            origin,
         });
     }
     let bytes = resp.bytes().await.map_err(transport_error)?;

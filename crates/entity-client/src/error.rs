@@ -5,6 +5,8 @@
 
 use std::time::Duration;
 
+use lab_contract::Failure;
+
 /// Why `resolve` did not produce an answer.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -53,6 +55,9 @@ pub enum Error {
         status: u16,
         /// The first 512 characters of the drained error body.
         body: String,
+        /// The error-table row entity-service named (`x-lab-error-origin`); `None` when it named
+        /// none, or one the table does not know.
+        origin: Option<&'static Failure>,
     },
     /// No HTTP answer: connect failure, reset, closed connection.
     #[error("entity-service unreachable: {message}")]
@@ -67,7 +72,7 @@ pub enum Error {
         "entity-service: {}ms left after {attempts} attempt(s), below the {}ms minimum attempt \
          budget; not starting another",
         .remaining.as_millis(),
-        crate::budget::MIN_ATTEMPT_BUDGET.as_millis()
+        lab_contract::budget::MIN_ATTEMPT_BUDGET.as_millis()
     )]
     NoBudget {
         /// Time left before the deadline, guard band not yet subtracted.
@@ -87,18 +92,30 @@ impl Error {
         crate::retryability::is_retryable(self)
     }
 
-    /// A stable, machine-readable code (for the caller's error body, logs and metrics labels).
-    pub fn code(&self) -> &'static str {
+    /// The error-table row the caller answers with: this client's own decisions are rows of the
+    /// orchestrator (the hop this client runs in); entity-service's answers pass through as the
+    /// row entity-service named.
+    pub fn failure(&self) -> &'static Failure {
+        use lab_contract::errors as t;
         match self {
-            Error::DeadlineExceeded { .. } => "deadline_exceeded",
-            Error::AttemptTimedOut { .. } => "attempt_timed_out",
-            Error::BreakerOpen => "breaker_open",
-            Error::RetryBudgetExhausted { .. } => "retry_budget_exhausted",
-            Error::ConcurrencyLimited => "concurrency_limited",
-            Error::Upstream { .. } => "upstream_error",
-            Error::Transport { .. } => "transport_error",
-            Error::NoBudget { .. } => "no_budget",
-            Error::Decode { .. } => "decode_error",
+            Error::DeadlineExceeded { .. } => &t::OR_DEADLINE_EXCEEDED,
+            Error::AttemptTimedOut { .. } => &t::OR_ATTEMPT_TIMED_OUT,
+            Error::BreakerOpen => &t::OR_BREAKER_OPEN,
+            Error::RetryBudgetExhausted { .. } => &t::OR_RETRY_BUDGET_EXHAUSTED,
+            Error::ConcurrencyLimited => &t::OR_CONCURRENCY_LIMITED,
+            Error::Upstream {
+                origin: Some(f), ..
+            } => f,
+            Error::Upstream { origin: None, .. } => &t::OR_ENTITY_UNLABELLED,
+            Error::Transport { connect: true, .. } => &t::OR_ENTITY_UNREACHABLE,
+            Error::Transport { connect: false, .. } => &t::OR_ENTITY_TRANSPORT,
+            Error::NoBudget { .. } => &t::OR_NO_BUDGET,
+            Error::Decode { .. } => &t::OR_ENTITY_DECODE,
         }
+    }
+
+    /// A stable, machine-readable code (the error-table row's): for logs and error bodies.
+    pub fn code(&self) -> &'static str {
+        self.failure().code
     }
 }

@@ -6,9 +6,11 @@
 //! lists every defect and every control.
 //!
 //! # Layout
-//! - [`budget`]: [`Budget`] (a required argument: no `Default` anywhere), [`MIN_ATTEMPT_BUDGET`],
-//!   and the path's hop table in ONE place — [`hop_table`], [`HopTable::validate`] refusing any
-//!   child that could outlive its parent. LAB-FIX(timeout-inversion).
+//! - [`budget`] (re-exported from `lab-contract`, the contract between the hops): [`Budget`] (a
+//!   required argument: no `Default` anywhere), [`MIN_ATTEMPT_BUDGET`], and the path's hop table
+//!   in ONE place — [`hop_table`], [`HopTable::validate`] refusing any child that could outlive
+//!   its parent. LAB-FIX(timeout-inversion). Its neighbour there, the error table, says what each
+//!   failure of this client is answered with ([`Error::failure`]).
 //! - [`client`]: [`Client`], [`ClientConfig`] and the per-request [`Controls`]; the retry loop of
 //!   the postmortem's flow diagram, bound to the caller's future (LAB-FIX(orphaned-work)).
 //! - [`backoff`]: exponential backoff with full jitter, cancellable. LAB-FIX(no-jitter).
@@ -19,7 +21,7 @@
 //! - [`limiter`]: the non-queueing concurrency limit in front of entity-service.
 //!   LAB-FIX(pool-exhaustion).
 //! - [`metrics`]: the metric families BOTH clients write, registered once per registry
-//!   ([`metrics::ClientMetrics::get_or_register`]), with the exact semantics per client.
+//!   ([`metrics::ClientMetrics::register`], once per process, handed to both), with the exact semantics per client.
 //! - [`spans`]: the span names BOTH clients open (`entity.Resolve`, `entity.Resolve.attempt.N`)
 //!   and how an outcome is recorded on them.
 //! - [`error`]: [`Error`], split by what the caller must do, with `is_retryable()` and `code()`.
@@ -32,7 +34,6 @@
 
 pub mod backoff;
 pub mod breaker;
-pub mod budget;
 pub mod client;
 pub mod error;
 pub mod limiter;
@@ -44,8 +45,9 @@ pub mod spans;
 pub mod test_support;
 
 pub use breaker::{BreakerConfig, BreakerState};
-pub use budget::{hop_table, Budget, BudgetError, HopTable, MIN_ATTEMPT_BUDGET};
 pub use client::{Client, ClientConfig, Controls};
 pub use error::Error;
+pub use lab_contract::budget;
+pub use lab_contract::budget::{hop_table, Budget, BudgetError, HopTable, MIN_ATTEMPT_BUDGET};
 pub use lab_core::call::CallContext;
 pub use retry_budget::RetryBudgetConfig;

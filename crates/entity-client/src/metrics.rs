@@ -6,28 +6,23 @@
 //! two clients' samples simply add up. Which mode produced a sample is deliberately not a label;
 //! the caller's flag metric says which mode is on.
 //!
-//! # One registration per registry, two clients per process
+//! # One registration, handed to both clients
 //!
 //! The orchestrator holds both clients on one [`Metrics`] registry, and a name registered twice in
-//! a Prometheus registry is an error. So neither client registers families itself; both call
-//! [`ClientMetrics::get_or_register`], which registers the families the first time it sees a
-//! registry and hands back the very same families every later time. prometheus 0.14 cannot look
-//! a registered collector up again, and a `Registry` has no identity we could key on (it is a
-//! clonable `Arc` with private fields), so the registry is *tagged*: the families are registered
-//! as one collector whose descriptors include a unique, sample-less name
-//! `entity_client_families_tag_<n>`. Finding the families of a registry means asking it which tag
-//! it holds — registering a probe with the tag's descriptor answers `AlreadyReg` for exactly that
-//! tag (the probe is unregistered otherwise). The tag yields no samples, so `/metrics` never shows
-//! it. The process-wide table of tags holds one entry per registry ever seen (one in a service; a
-//! few dozen in a test binary).
+//! a Prometheus registry is an error. So neither client registers families itself: the process
+//! registers them ONCE with [`ClientMetrics::register`] and passes the handles to each client it
+//! builds (a clone writes the same series). Probe traffic — the legacy deep readiness check, which
+//! resolves through the same client and pool as users — gets its own families from
+//! [`ClientMetrics::register_probe`] (`entity_probe_*`), so no probe ever counts as a user's
+//! attempt, retry, abandoned call or orphaned span.
 //!
 //! # Series (all low-cardinality, identical in both crates)
 //!
 //! | name | labels | fixed client | legacy client |
 //! |---|---|---|---|
-//! | `entity_requests_total` | `outcome` | every attempt put on the wire: `ok`, `timeout`, `error_5xx`, `error_4xx`, `transport`, `decode`, `cancelled` (the caller went away mid-attempt) | the same, never `cancelled` (nothing cancels it); an attempt whose 10 s expired while waiting for a per-host slot counts as `timeout`, as Go's `client.Do` reports it |
+//! | `entity_requests_total` | `outcome` | every attempt put on the wire, counted when it ends: `ok`, `timeout`, `error_5xx`, `error_4xx`, `transport`, `decode`, `cancelled` (cut mid-flight: the caller went away) | every `client.Do` call, the same outcomes but never `cancelled` (nothing cancels it), plus `slot_timeout`: the 10 s expired while the call still waited for a per-host slot — nothing was sent (Go reports it as a timeout too) |
 //! | `entity_request_duration_seconds` | `outcome` | duration of each attempt, [`CALLEE_BUCKETS`] (up to 60 s: this histogram must be able to show 10 s attempts) | same |
-//! | `entity_retries_total` | `class` | retries actually started, by what failed before: `timeout`, `connect`, `transport`, `status_429`, `status_500`, `status_502`, `status_503`, `status_504`, `status_5xx`, `status_4xx` | same |
+//! | `entity_retries_total` | `class` | retries, counted when the retry attempt starts (after every admission check: a retry that is then shed, or whose caller leaves during the backoff, is not a retry), by what failed before: `timeout`, `slot_timeout`, `connect`, `transport`, `status_429`, `status_500`, `status_502`, `status_503`, `status_504`, `status_5xx`, `status_4xx` | the same, counted when the detached loop starts the next `client.Do` |
 //! | `entity_abandoned_total` | — | attempts **cut short** because nobody could use their answer any more: the caller dropped the call mid-attempt, or the total deadline ended the attempt. Counted when cut; the connection closes at once | attempts that **completed** after the caller had gone (the awaiting future was dropped). Counted when they finish — having run their whole length |
 //! | `otel_span_orphaned_total` | `span` | `entity.Resolve` work that ended after its caller ended. Detected like legacy; 0 by construction (the work *is* the caller's future) | the detached retry loop finishing after the awaiting caller was dropped: one per orphaned `entity.Resolve` |
 //! | `entity_shed_total` | `reason` | calls or retries refused before the wire: `retry_budget`, `no_budget`, `breaker_open`, `concurrency_limit` | always 0 — legacy never sheds (the series exist so the panel reads 0, not "no data") |
@@ -42,27 +37,30 @@
 //! two fixed-only gauges are `set`, so a registry should carry one fixed client (the orchestrator
 //! does).
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{anyhow, Context as _};
+use anyhow::anyhow;
 use lab_core::metrics::{Metrics, CALLEE_BUCKETS};
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
 use prometheus::{
     Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
-    Opts, Registry,
+    Opts,
 };
 
 /// Values of `entity_requests_total{outcome}` and `entity_request_duration_seconds{outcome}`.
 pub mod outcome {
     /// 2xx with a decodable body.
     pub const OK: &str = "ok";
-    /// The attempt ran out of time (its own per-attempt deadline, the total deadline, or — legacy —
-    /// the 10 s client timeout, including time spent waiting for a pool slot).
+    /// The attempt ran out of time on the wire (its own per-attempt deadline, the total deadline,
+    /// or — legacy — the 10 s client timeout while awaiting the answer).
     pub const TIMEOUT: &str = "timeout";
+    /// Legacy only: the 10 s client timeout expired while the call still waited for a per-host
+    /// connection slot. Nothing was sent; Go reports it as a timeout all the same ("request
+    /// canceled while waiting for connection"), and the loop retries it.
+    pub const SLOT_TIMEOUT: &str = "slot_timeout";
     /// entity-service answered 5xx.
     pub const ERROR_5XX: &str = "error_5xx";
     /// entity-service answered 4xx (429 included).
@@ -76,7 +74,14 @@ pub mod outcome {
     pub const CANCELLED: &str = "cancelled";
     /// Every value, pre-registered at 0 so `rate()` has a series from the first scrape.
     pub const ALL: &[&str] = &[
-        OK, TIMEOUT, ERROR_5XX, ERROR_4XX, TRANSPORT, DECODE, CANCELLED,
+        OK,
+        TIMEOUT,
+        SLOT_TIMEOUT,
+        ERROR_5XX,
+        ERROR_4XX,
+        TRANSPORT,
+        DECODE,
+        CANCELLED,
     ];
 
     /// The outcome of an HTTP status that is not a success.
@@ -92,6 +97,8 @@ pub mod outcome {
 /// Values of `entity_retries_total{class}`: what failed before the retry.
 pub mod retry_class {
     pub const TIMEOUT: &str = "timeout";
+    /// Legacy: the previous call timed out waiting for a connection slot.
+    pub const SLOT_TIMEOUT: &str = "slot_timeout";
     pub const CONNECT: &str = "connect";
     pub const TRANSPORT: &str = "transport";
 
@@ -138,11 +145,8 @@ pub struct ClientMetrics {
     families: Arc<Families>,
 }
 
-/// The families, registered in a registry as ONE collector (so registration is all-or-nothing)
-/// together with the registry's tag.
+/// The families, registered in a registry as ONE collector (so registration is all-or-nothing).
 struct Families {
-    /// Sample-less descriptor that identifies the registry these families were registered in.
-    tag: Desc,
     requests: IntCounterVec,
     duration: HistogramVec,
     retries: IntCounterVec,
@@ -154,6 +158,8 @@ struct Families {
     retry_tokens: GaugeVec,
     breaker_state: IntGaugeVec,
     pool_slots: IntGaugeVec,
+    /// Probe families register only the attempt-level series; the rest exist, unexported.
+    probe: bool,
 }
 
 #[derive(Clone)]
@@ -162,16 +168,18 @@ struct FamiliesCollector(Arc<Families>);
 impl Collector for FamiliesCollector {
     fn desc(&self) -> Vec<&Desc> {
         let f = &self.0;
-        let mut d = vec![&f.tag];
+        let mut d = Vec::new();
         d.extend(f.requests.desc());
         d.extend(f.duration.desc());
         d.extend(f.retries.desc());
         d.extend(f.abandoned.desc());
         d.extend(f.orphaned.desc());
-        d.extend(f.shed.desc());
-        d.extend(f.retry_tokens.desc());
-        d.extend(f.breaker_state.desc());
-        d.extend(f.pool_slots.desc());
+        if !f.probe {
+            d.extend(f.shed.desc());
+            d.extend(f.retry_tokens.desc());
+            d.extend(f.breaker_state.desc());
+            d.extend(f.pool_slots.desc());
+        }
         d
     }
 
@@ -183,69 +191,51 @@ impl Collector for FamiliesCollector {
         out.extend(f.retries.collect());
         out.extend(f.abandoned.collect());
         out.extend(f.orphaned.collect());
-        out.extend(f.shed.collect());
-        out.extend(f.retry_tokens.collect());
-        out.extend(f.breaker_state.collect());
-        out.extend(f.pool_slots.collect());
+        if !f.probe {
+            out.extend(f.shed.collect());
+            out.extend(f.retry_tokens.collect());
+            out.extend(f.breaker_state.collect());
+            out.extend(f.pool_slots.collect());
+        }
         out
     }
 }
 
-/// A collector with only a tag descriptor: registering it asks a registry "do you hold this tag?".
-struct TagProbe(Desc);
-
-impl Collector for TagProbe {
-    fn desc(&self) -> Vec<&Desc> {
-        vec![&self.0]
-    }
-    fn collect(&self) -> Vec<MetricFamily> {
-        Vec::new()
-    }
-}
-
-/// Every registry this process has registered the families in: (tag descriptor, families).
-static REGISTERED: Mutex<Vec<(Desc, ClientMetrics)>> = Mutex::new(Vec::new());
-static NEXT_TAG: AtomicU64 = AtomicU64::new(0);
-
-const TAG_HELP: &str =
-    "Identifies the registry holding the entity clients' families; never has samples";
-
 impl ClientMetrics {
-    /// The families of `metrics`' registry: registered on the first call for a registry, the same
-    /// handles on every later call (from either client). Fails — rather than panicking, and
-    /// without registering anything — when another component already registered one of these
-    /// names in that registry (e.g. the orchestrator's plain `EntityClient`, which registers
-    /// `entity_requests_total` and `entity_request_duration_seconds` itself).
-    pub fn get_or_register(metrics: &Metrics) -> anyhow::Result<Self> {
-        let registry = metrics.registry();
-        // One lock around find-or-register: two clients constructed concurrently must not both
-        // register.
-        let mut table = REGISTERED.lock().unwrap_or_else(|p| p.into_inner());
-        for (tag, families) in table.iter() {
-            if holds_tag(registry, tag) {
-                return Ok(families.clone());
-            }
+    /// The user-traffic families, registered in `metrics`' registry. Call it once per process and
+    /// hand clones to every client: a second call on the same registry fails, naming the family
+    /// already there (two components cannot both own `entity_requests_total`).
+    pub fn register(metrics: &Metrics) -> anyhow::Result<Self> {
+        Self::register_as(metrics, false)
+    }
+
+    /// The probe-traffic families (`entity_probe_requests_total`, `..._request_duration_seconds`,
+    /// `..._retries_total`, `..._abandoned_total`, `entity_probe_span_orphaned_total`): what a
+    /// health probe sends through a client is counted here and never as a user's.
+    pub fn register_probe(metrics: &Metrics) -> anyhow::Result<Self> {
+        Self::register_as(metrics, true)
+    }
+
+    fn register_as(metrics: &Metrics, probe: bool) -> anyhow::Result<Self> {
+        let families = Arc::new(Families::new(probe)?);
+        metrics
+            .registry()
+            .register(Box::new(FamiliesCollector(families.clone())))
+            .map_err(|e| {
+                anyhow!(
+                    "cannot register the entity clients' metrics: {e}. Register them once per \
+                     process (ClientMetrics::register) and pass the handles to each client; no \
+                     other component may register these names"
+                )
+            })?;
+        Ok(ClientMetrics { families })
+    }
+
+    /// Families registered nowhere: for a client whose metrics nobody reads (benchmarks).
+    pub fn unregistered() -> Self {
+        ClientMetrics {
+            families: Arc::new(Families::new(false).expect("valid metric definitions")),
         }
-        let n = NEXT_TAG.fetch_add(1, Ordering::Relaxed);
-        let tag = Desc::new(
-            format!("entity_client_families_tag_{n}"),
-            TAG_HELP.to_string(),
-            vec![],
-            HashMap::new(),
-        )
-        .context("tag descriptor")?;
-        let families = Arc::new(Families::new(tag.clone())?);
-        if let Err(e) = registry.register(Box::new(FamiliesCollector(families.clone()))) {
-            return Err(anyhow!(
-                "cannot register the entity clients' metrics: {e}; {} is already registered in \
-                 this registry by another component — the entity clients own these names (see \
-                 entity_client::metrics), so the other registration must go",
-                conflicting_names(registry, &families).join(", ")
-            ));
-        }
-        let cm = ClientMetrics { families };
-        table.push((tag, cm.clone()));
-        Ok(cm)
     }
 
     /// `entity_requests_total{outcome}` and `entity_request_duration_seconds{outcome}` for one
@@ -331,50 +321,22 @@ impl ClientMetrics {
     }
 }
 
-/// Asks `registry` whether it holds `tag`: registering a collector whose descriptor is already
-/// registered answers `AlreadyReg`; anything else means "no" (and the probe is taken back out).
-fn holds_tag(registry: &Registry, tag: &Desc) -> bool {
-    match registry.register(Box::new(TagProbe(tag.clone()))) {
-        Err(prometheus::Error::AlreadyReg) => true,
-        Ok(()) => {
-            let _ = registry.unregister(Box::new(TagProbe(tag.clone())));
-            false
-        }
-        Err(_) => false,
-    }
-}
-
-/// Which of the families' names `registry` already holds (for the registration error message).
-/// Each family is registered alone; the ones that fail are the conflicts, the others are taken
-/// straight back out (registration failed, nothing of ours may stay registered).
-fn conflicting_names(registry: &Registry, families: &Families) -> Vec<String> {
-    fn check<C: Collector + Clone + 'static>(registry: &Registry, c: &C, names: &mut Vec<String>) {
-        match registry.register(Box::new(c.clone())) {
-            Ok(()) => {
-                let _ = registry.unregister(Box::new(c.clone()));
-            }
-            Err(_) => names.extend(c.desc().iter().map(|d| d.fq_name.clone())),
-        }
-    }
-    let mut names = Vec::new();
-    check(registry, &families.requests, &mut names);
-    check(registry, &families.duration, &mut names);
-    check(registry, &families.retries, &mut names);
-    check(registry, &families.abandoned, &mut names);
-    check(registry, &families.orphaned, &mut names);
-    check(registry, &families.shed, &mut names);
-    check(registry, &families.retry_tokens, &mut names);
-    check(registry, &families.breaker_state, &mut names);
-    check(registry, &families.pool_slots, &mut names);
-    names
-}
-
 impl Families {
-    fn new(tag: Desc) -> anyhow::Result<Self> {
+    fn new(probe: bool) -> anyhow::Result<Self> {
+        // Probe traffic's families: the same meanings under `entity_probe_*` names.
+        let name = |user: &str| {
+            if probe {
+                user.replacen("entity_", "entity_probe_", 1)
+            } else {
+                user.to_string()
+            }
+        };
         let requests = IntCounterVec::new(
             Opts::new(
-                "entity_requests_total",
-                "Attempts sent to entity-service, by outcome (every attempt, retries included)",
+                name("entity_requests_total"),
+                "Attempts at entity-service, by outcome, counted when they end (every attempt, \
+                 retries included; legacy slot_timeout: the call never got a connection slot and \
+                 nothing was sent)",
             ),
             &["outcome"],
         )?;
@@ -383,7 +345,7 @@ impl Families {
         }
         let duration = HistogramVec::new(
             HistogramOpts::new(
-                "entity_request_duration_seconds",
+                name("entity_request_duration_seconds"),
                 "Duration of each attempt to entity-service as the client saw it, by outcome",
             )
             .buckets(CALLEE_BUCKETS.to_vec()),
@@ -391,19 +353,24 @@ impl Families {
         )?;
         let retries = IntCounterVec::new(
             Opts::new(
-                "entity_retries_total",
-                "Retries started against entity-service, by the failure that caused them",
+                name("entity_retries_total"),
+                "Retries at entity-service, counted when the retry attempt starts, by the failure \
+                 that caused them",
             ),
             &["class"],
         )?;
         let abandoned = IntCounter::new(
-            "entity_abandoned_total",
+            name("entity_abandoned_total"),
             "Attempts whose answer nobody could use any more (fixed: cut short when the caller \
              left or the total deadline passed; legacy: completed after the caller had gone)",
         )?;
         let orphaned = IntCounterVec::new(
             Opts::new(
-                "otel_span_orphaned_total",
+                if probe {
+                    "entity_probe_span_orphaned_total"
+                } else {
+                    "otel_span_orphaned_total"
+                },
                 "Child work that ended after its parent (the caller) had ended, by span name",
             ),
             &["span"],
@@ -444,7 +411,7 @@ impl Families {
         pool_slots.with_label_values(&[pool_state::IN_USE]);
         pool_slots.with_label_values(&[pool_state::WAITING]);
         Ok(Self {
-            tag,
+            probe,
             requests,
             duration,
             retries,

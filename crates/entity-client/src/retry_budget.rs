@@ -114,6 +114,32 @@ impl RetryBudget {
         }
     }
 
+    /// Withdraw the cost of one retry as a reservation: the caller learns at once whether the
+    /// retry is affordable (before sleeping towards it), and the token is only spent if the retry
+    /// really goes out ([`Reservation::spend`]). A reservation dropped unspent — the retry was shed
+    /// by another control, ran out of budget, or its caller went away during the backoff — gives
+    /// the token back, so the bucket counts retries that happened, not retries that were planned.
+    pub fn reserve(&self) -> Option<Reservation<'_>> {
+        // `then`, not `then_some`: a reservation built eagerly and dropped would refund a token
+        // that was never withdrawn.
+        self.withdraw().then(|| Reservation {
+            budget: self,
+            spent: false,
+        })
+    }
+
+    /// Give back the cost of one retry that never happened (up to the capacity).
+    fn refund(&self) {
+        let (cost, max) = (self.cost, self.max);
+        let before = self
+            .milli
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| {
+                Some((t + cost).min(max))
+            })
+            .unwrap_or_else(|t| t);
+        self.publish((before + cost).min(max));
+    }
+
     /// Credit one success, up to the capacity.
     pub fn deposit(&self) {
         let (credit, max) = (self.credit, self.max);
@@ -138,9 +164,45 @@ impl RetryBudget {
     }
 }
 
+/// One retry's token, withdrawn but not yet spent: dropped unspent, it is refunded.
+#[must_use = "dropping a reservation refunds its token at once"]
+pub struct Reservation<'a> {
+    budget: &'a RetryBudget,
+    spent: bool,
+}
+
+impl Reservation<'_> {
+    /// The retry goes out: the token stays spent.
+    pub fn spend(mut self) {
+        self.spent = true;
+    }
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        if !self.spent {
+            self.budget.refund();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn retry_budget_reservation_refunds_unless_spent() {
+        let b = RetryBudget::new(RetryBudgetConfig::default(), None);
+        let r = b.reserve().expect("a full bucket affords a retry");
+        assert_eq!(b.tokens(), 99.0, "reserved at once");
+        drop(r);
+        assert_eq!(b.tokens(), 100.0, "an unspent reservation is refunded");
+        b.reserve().unwrap().spend();
+        assert_eq!(b.tokens(), 99.0, "a spent one is not");
+        while b.withdraw() {}
+        assert!(b.reserve().is_none(), "an empty bucket reserves nothing");
+        assert_eq!(b.tokens(), 0.0);
+    }
 
     #[test]
     fn retry_budget_refuses_the_101st_retry_without_successes() {

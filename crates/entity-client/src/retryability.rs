@@ -9,7 +9,8 @@
 //!
 //! | failure | retryable | why |
 //! |---|---|---|
-//! | 429, 503, 504 | yes | congestion / transient unavailability |
+//! | an answer naming its error-table row (`x-lab-error-origin`) | as the row says | the callee knows why it failed: a `budget_refused` or `query_cancelled` 504 is a spent budget (retrying with less is abandoned work), `db_pool_exhausted` 503 is congestion (lab-contract's error table) |
+//! | 429, 503, 504 without a known row | yes | congestion / transient unavailability |
 //! | 500, 502, other 5xx | no | most likely a deterministic server bug (502 is not in the postmortem's list either) |
 //! | other 4xx | no | the request is wrong; it will be wrong again |
 //! | connect error (refused, connect timeout) | yes | the request never reached entity-service |
@@ -31,6 +32,9 @@ pub fn is_retryable_status(status: u16) -> bool {
 pub fn is_retryable(err: &Error) -> bool {
     match err {
         Error::AttemptTimedOut { .. } => true,
+        Error::Upstream {
+            origin: Some(f), ..
+        } => f.retryable,
         Error::Upstream { status, .. } => is_retryable_status(*status),
         Error::Transport { connect, .. } => *connect,
         Error::DeadlineExceeded { .. }
@@ -66,7 +70,29 @@ mod tests {
         Error::Upstream {
             status,
             body: String::new(),
+            origin: None,
         }
+    }
+
+    fn named(f: &'static lab_contract::Failure) -> Error {
+        Error::Upstream {
+            status: f.status,
+            body: String::new(),
+            origin: Some(f),
+        }
+    }
+
+    #[test]
+    fn retryability_follows_the_row_entity_service_names() {
+        use lab_contract::errors as t;
+        // Same status, different answers: a spent budget is never retried, congestion is.
+        assert!(!is_retryable(&named(&t::ES_BUDGET_REFUSED)));
+        assert!(!is_retryable(&named(&t::ES_QUERY_CANCELLED)));
+        assert!(is_retryable(&upstream(504)), "an unnamed 504 is congestion");
+        assert!(is_retryable(&named(&t::ES_DB_POOL_EXHAUSTED)));
+        assert!(!is_retryable(&named(&t::ES_QUERY_FAILED)));
+        // A spent budget at entity-service is still a sign of a slow dependency.
+        assert!(is_dependency_failure(&named(&t::ES_BUDGET_REFUSED)));
     }
 
     #[test]

@@ -36,6 +36,8 @@ pub struct Reply {
     pub delay: Duration,
     /// The body; `None` = `{"results":[]}` for 2xx, an `{"error":...}` body otherwise.
     pub body: Option<String>,
+    /// The error-table row to name in `x-lab-error-origin`, as the real entity-service does.
+    pub origin: Option<&'static lab_contract::Failure>,
 }
 
 impl Reply {
@@ -44,13 +46,28 @@ impl Reply {
         Self::status(200)
     }
 
-    /// `status` at once.
+    /// `status` at once. Like the real entity-service, an error names its row of the error
+    /// table (`x-lab-error-origin`): 503 is `db_unavailable`, 500 `query_failed`; other statuses
+    /// name none (use [`Reply::with_origin`]), and [`Reply::unnamed`] sends a 5xx the way a
+    /// foreign server would.
     pub fn status(status: u16) -> Self {
+        let origin = match status {
+            503 => Some(&lab_contract::errors::ES_DB_UNAVAILABLE),
+            500 => Some(&lab_contract::errors::ES_QUERY_FAILED),
+            _ => None,
+        };
         Self {
             status,
             delay: Duration::ZERO,
             body: None,
+            origin,
         }
+    }
+
+    /// The same reply without any `x-lab-error-origin`.
+    pub fn unnamed(mut self) -> Self {
+        self.origin = None;
+        self
     }
 
     /// Accept the request and never answer (an hour is forever in a test).
@@ -61,6 +78,12 @@ impl Reply {
     /// The same reply, after `delay`.
     pub fn after(mut self, delay: Duration) -> Self {
         self.delay = delay;
+        self
+    }
+
+    /// The same reply, naming `row` in `x-lab-error-origin`.
+    pub fn with_origin(mut self, row: &'static lab_contract::Failure) -> Self {
+        self.origin = Some(row);
         self
     }
 
@@ -267,12 +290,19 @@ async fn handle(State(shared): State<Arc<Shared>>, hdrs: HeaderMap) -> Response 
             format!(r#"{{"error":{{"code":"stub","message":"stub answered {status}"}}}}"#)
         }
     });
-    (
+    let mut resp = (
         status,
         [(axum::http::header::CONTENT_TYPE, "application/json")],
         body,
     )
-        .into_response()
+        .into_response();
+    if let Some(row) = reply.origin {
+        resp.headers_mut().insert(
+            lab_contract::ORIGIN_HEADER,
+            row.origin().parse().expect("a valid header value"),
+        );
+    }
+    resp
 }
 
 /// A small, valid request.

@@ -1,4 +1,4 @@
-//! The shared metric families: registered once per registry, whoever asks first.
+//! The shared metric families: registered once per process, handed to both clients.
 
 use entity_client::metrics::{outcome, ClientMetrics};
 use entity_client::test_support::{has_series, metric};
@@ -6,11 +6,10 @@ use lab_core::metrics::Metrics;
 use std::time::Duration;
 
 #[test]
-fn client_metrics_get_or_register_returns_the_same_families_for_one_registry() {
+fn client_metrics_register_once_and_clones_write_the_same_series() {
     let metrics = Metrics::new();
-    let first = ClientMetrics::get_or_register(&metrics).expect("first registration");
-    // A clone of `Metrics` shares its registry: still the same families, no double registration.
-    let second = ClientMetrics::get_or_register(&metrics.clone()).expect("found again");
+    let first = ClientMetrics::register(&metrics).expect("first registration");
+    let second = first.clone();
     first.record_attempt(outcome::OK, Duration::from_millis(5));
     second.record_attempt(outcome::OK, Duration::from_millis(5));
     assert_eq!(
@@ -19,20 +18,19 @@ fn client_metrics_get_or_register_returns_the_same_families_for_one_registry() {
     );
     let text = metrics.render();
     assert_eq!(text.matches("# TYPE entity_requests_total").count(), 1);
-    assert!(
-        !text.contains("entity_client_families_tag"),
-        "the tag never shows"
-    );
+    // A second registration on the same registry is refused, naming the way to do it.
+    let err = ClientMetrics::register(&metrics)
+        .err()
+        .expect("registered twice");
+    assert!(err.to_string().contains("once per"), "{err}");
 }
 
 #[test]
 fn client_metrics_keep_registries_apart() {
     let a = Metrics::new();
     let b = Metrics::new();
-    ClientMetrics::get_or_register(&a)
-        .unwrap()
-        .record_abandoned();
-    ClientMetrics::get_or_register(&b).unwrap();
+    ClientMetrics::register(&a).unwrap().record_abandoned();
+    ClientMetrics::register(&b).unwrap();
     assert_eq!(metric(&a, "entity_abandoned_total", &[]), 1.0);
     assert_eq!(metric(&b, "entity_abandoned_total", &[]), 0.0);
 }
@@ -40,12 +38,9 @@ fn client_metrics_keep_registries_apart() {
 #[test]
 fn client_metrics_refuse_a_name_another_component_registered() {
     let metrics = Metrics::new();
-    // What the orchestrator's plain EntityClient registers.
-    metrics.counter_vec("entity_requests_total", "plain client", &["outcome"]);
-    let err = ClientMetrics::get_or_register(&metrics)
-        .err()
-        .expect("conflict");
-    assert!(err.to_string().contains("entity_requests_total"), "{err}");
+    metrics.counter_vec("entity_requests_total", "someone else's", &["outcome"]);
+    let err = ClientMetrics::register(&metrics).err().expect("conflict");
+    assert!(err.to_string().contains("once per"), "{err}");
     assert!(
         !has_series(&metrics, "entity_shed_total"),
         "nothing of ours stays registered after a refusal"
@@ -53,9 +48,47 @@ fn client_metrics_refuse_a_name_another_component_registered() {
 }
 
 #[test]
+fn client_metrics_probe_families_never_touch_the_user_series() {
+    let metrics = Metrics::new();
+    let user = ClientMetrics::register(&metrics).unwrap();
+    let probe = ClientMetrics::register_probe(&metrics).unwrap();
+    probe.record_attempt(outcome::TIMEOUT, Duration::from_secs(1));
+    probe.record_retry("timeout");
+    probe.record_abandoned();
+    let (parent, child) = probe.span_pair();
+    drop(parent);
+    drop(child);
+    for (name, labels) in [
+        ("entity_requests_total", &[][..]),
+        ("entity_retries_total", &[]),
+        ("entity_abandoned_total", &[]),
+        ("otel_span_orphaned_total", &[]),
+    ] {
+        assert_eq!(metric(&metrics, name, labels), 0.0, "{name}");
+    }
+    assert_eq!(
+        metric(
+            &metrics,
+            "entity_probe_requests_total",
+            &[("outcome", "timeout")]
+        ),
+        1.0
+    );
+    assert_eq!(metric(&metrics, "entity_probe_retries_total", &[]), 1.0);
+    assert_eq!(metric(&metrics, "entity_probe_abandoned_total", &[]), 1.0);
+    assert_eq!(
+        metric(&metrics, "entity_probe_span_orphaned_total", &[]),
+        1.0
+    );
+    // The probe families export no gauges of their own (the pool is the users' pool).
+    assert!(!has_series(&metrics, "entity_probe_pool_slots"));
+    drop(user);
+}
+
+#[test]
 fn client_metrics_fixed_only_gauges_have_no_series_until_a_fixed_client_sets_them() {
     let metrics = Metrics::new();
-    let m = ClientMetrics::get_or_register(&metrics).unwrap();
+    let m = ClientMetrics::register(&metrics).unwrap();
     // A legacy-only process exports no retry-budget 0 that would fire `min(...) < 20`.
     assert!(!has_series(&metrics, "entity_retry_budget_tokens"));
     assert!(!has_series(&metrics, "entity_breaker_state"));
@@ -69,7 +102,7 @@ fn client_metrics_fixed_only_gauges_have_no_series_until_a_fixed_client_sets_the
 #[test]
 fn span_pair_counts_an_orphan_only_when_the_child_ends_after_the_parent() {
     let metrics = Metrics::new();
-    let m = ClientMetrics::get_or_register(&metrics).unwrap();
+    let m = ClientMetrics::register(&metrics).unwrap();
     let (parent, child) = m.span_pair();
     drop(child);
     drop(parent);

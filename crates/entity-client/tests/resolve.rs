@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use entity_client::test_support::{ctx, has_series, metric, request, Reply, Stub};
+use entity_client::metrics::ClientMetrics;
+use entity_client::test_support::{ctx, metric, request, Reply, Stub};
 use entity_client::{
     hop_table, BreakerConfig, BreakerState, Budget, CallContext, Client, ClientConfig, Controls,
     Error, RetryBudgetConfig,
@@ -26,7 +27,11 @@ fn config(url: &str) -> ClientConfig {
 
 fn client(stub: &Stub) -> (Client, Metrics) {
     let metrics = Metrics::new();
-    let c = Client::new(config(&stub.url), &metrics).expect("client");
+    let c = Client::new(
+        config(&stub.url),
+        ClientMetrics::register(&metrics).unwrap(),
+    )
+    .expect("client");
     (c, metrics)
 }
 
@@ -309,7 +314,7 @@ async fn resolve_refuses_retries_when_the_retry_budget_is_empty() {
             },
             ..config(&stub.url)
         },
-        &metrics,
+        ClientMetrics::register(&metrics).unwrap(),
     )
     .unwrap();
 
@@ -400,7 +405,7 @@ async fn resolve_sheds_at_once_over_the_concurrency_limit() {
             max_concurrency: 2,
             ..config(&stub.url)
         },
-        &metrics,
+        ClientMetrics::register(&metrics).unwrap(),
     )
     .unwrap();
     let (ctx, req, controls) = (ctx(), request(), Controls::default());
@@ -474,7 +479,7 @@ async fn resolve_round_robins_attempts_over_replicas() {
             base_urls: vec![a.url.clone(), b.url.clone()],
             ..config(&a.url)
         },
-        &metrics,
+        ClientMetrics::register(&metrics).unwrap(),
     )
     .unwrap();
     let _ = client
@@ -485,7 +490,6 @@ async fn resolve_round_robins_attempts_over_replicas() {
 
 #[tokio::test]
 async fn client_new_refuses_an_invalid_budget() {
-    let metrics = Metrics::new();
     let bad = Budget {
         name: "entity.resolve".into(),
         total: MS(700),
@@ -498,27 +502,24 @@ async fn client_new_refuses_an_invalid_budget() {
             budget: bad,
             ..config("http://127.0.0.1:1")
         },
-        &metrics,
+        ClientMetrics::unregistered(),
     )
     .err()
     .expect("refused");
     let msg = format!("{err:#}");
     assert!(msg.contains("entity.resolve"), "{msg}");
     assert!(msg.contains("per_attempt"), "{msg}");
-    // And nothing was registered by a refused client.
-    assert!(!has_series(&metrics, "entity_requests_total"));
 }
 
 #[tokio::test]
 async fn client_new_refuses_a_bad_url_and_zero_concurrency() {
-    let metrics = Metrics::new();
-    assert!(Client::new(config("entity-service:8080"), &metrics).is_err());
+    assert!(Client::new(config("entity-service:8080"), ClientMetrics::unregistered()).is_err());
     assert!(Client::new(
         ClientConfig {
             max_concurrency: 0,
             ..config("http://127.0.0.1:1")
         },
-        &metrics
+        ClientMetrics::unregistered()
     )
     .is_err());
 }
@@ -534,4 +535,120 @@ fn client_is_shareable_and_its_futures_are_send() {
         let f = c.resolve(x, &req, k);
         send(&f);
     };
+}
+
+/// Controls with the deterministic backoff (jitter off): the first retry waits exactly its
+/// window's upper bound, so a test can stand in the middle of it.
+fn lockstep() -> Controls {
+    Controls {
+        jitter: false,
+        ..Controls::default()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn resolve_retry_whose_caller_leaves_during_the_backoff_is_neither_counted_nor_paid_for() {
+    let stub = Stub::start(Reply::status(503)).await;
+    let (client, metrics) = client(&stub);
+    let (ctx, req, controls) = (ctx(), request(), lockstep());
+    // Boxed, so that dropping it really drops the future (a `pin!`ned one lives on).
+    let mut call = Box::pin(client.resolve(&ctx, &req, &controls));
+    // The 503 comes back at once; the caller leaves half-way through the backoff before retry 1.
+    tokio::select! {
+        _ = &mut call => panic!("a retry is due, the call cannot be over"),
+        _ = async { stub.wait_for_requests(1).await; tokio::time::sleep(MS(5)).await } => {}
+    }
+    assert_eq!(
+        client.retry_budget_tokens(),
+        99.0,
+        "the retry's token is reserved"
+    );
+    drop(call);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(stub.requests(), 1, "no retry went out");
+    assert_eq!(
+        metric(&metrics, "entity_retries_total", &[]),
+        0.0,
+        "a retry that never went out is not a retry"
+    );
+    assert_eq!(
+        client.retry_budget_tokens(),
+        100.0,
+        "and it cost no token: the reservation was refunded"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn resolve_retry_shed_by_the_breaker_is_counted_as_a_shed_not_a_retry() {
+    let stub = Stub::start(Reply::status(503)).await;
+    let metrics = Metrics::new();
+    // A breaker that trips on the first failure: the retry due after it is shed.
+    let client = Client::new(
+        ClientConfig {
+            breaker: BreakerConfig {
+                min_requests: 1,
+                ..BreakerConfig::default()
+            },
+            ..config(&stub.url)
+        },
+        ClientMetrics::register(&metrics).unwrap(),
+    )
+    .unwrap();
+    let err = client
+        .resolve(&ctx(), &request(), &lockstep())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::BreakerOpen), "{err}");
+    assert_eq!(stub.requests(), 1);
+    assert_eq!(metric(&metrics, "entity_retries_total", &[]), 0.0);
+    assert_eq!(
+        metric(&metrics, "entity_shed_total", &[("reason", "breaker_open")]),
+        1.0
+    );
+    assert_eq!(client.retry_budget_tokens(), 100.0, "the token came back");
+    // Attempts per first attempt, from the counters: exactly 1 (1 attempt, 0 retries).
+    let attempts = metric(&metrics, "entity_requests_total", &[]);
+    assert_eq!(attempts, 1.0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn resolve_retry_that_goes_out_is_counted_once_and_paid_once() {
+    let stub = Stub::start(Reply::ok()).await;
+    stub.then([Reply::status(503)]);
+    let (client, metrics) = client(&stub);
+    client
+        .resolve(&ctx(), &request(), &lockstep())
+        .await
+        .expect("the retry succeeds");
+    assert_eq!(stub.requests(), 2);
+    assert_eq!(
+        metric(&metrics, "entity_retries_total", &[("class", "status_503")]),
+        1.0
+    );
+    assert_eq!(metric(&metrics, "entity_requests_total", &[]), 2.0);
+    assert_eq!(
+        client.retry_budget_tokens(),
+        99.2,
+        "one token spent, 0.2 earned by the success"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn resolve_passes_entity_services_error_row_through_and_obeys_its_retryability() {
+    // Both 504; only the row differs. A spent budget is not retried, congestion is.
+    for (row, retried) in [
+        (&lab_contract::errors::ES_BUDGET_REFUSED, false),
+        (&lab_contract::errors::ES_QUERY_CANCELLED, false),
+        (&lab_contract::errors::ES_DB_POOL_EXHAUSTED, true),
+    ] {
+        let stub = Stub::start(Reply::status(row.status).with_origin(row)).await;
+        let (client, _metrics) = client(&stub);
+        let err = client
+            .resolve(&ctx(), &request(), &lockstep())
+            .await
+            .unwrap_err();
+        assert_eq!(err.failure(), row, "{err}: the row goes up unchanged");
+        let want = if retried { 3 } else { 1 };
+        assert_eq!(stub.requests(), want, "{}", row.origin());
+    }
 }

@@ -34,6 +34,11 @@ struct HealthInner {
     /// Set when shutdown begins, so load balancers stop sending new work while in-flight
     /// requests drain.
     draining: AtomicBool,
+    /// `lab_readiness_failures_total{reason}`: every `/readyz` answered 503, by why — starting,
+    /// draining, or the extra (dependency) check — or abandoned by the prober before the
+    /// dependency check answered (`caller_gone`). Probe answers are not user traffic, so they
+    /// are named here and never in `lab_errors_total`.
+    failures: OnceLock<prometheus::IntCounterVec>,
 }
 
 impl Health {
@@ -46,6 +51,18 @@ impl Health {
     pub fn begin_drain(&self) {
         self.inner.draining.store(true, Ordering::SeqCst);
     }
+    /// Count failed readiness answers in `metrics` (once; [`crate::server::Server::bind`] does).
+    pub fn count_failures_in(&self, metrics: &crate::metrics::Metrics) {
+        self.inner.failures.get_or_init(|| {
+            metrics.counter_vec(
+                "lab_readiness_failures_total",
+                "Failed /readyz probes, by reason: starting, draining, dependency (the deep check \
+                 answered no), caller_gone (the prober hung up before the deep check answered)",
+                &["reason"],
+            )
+        });
+    }
+
     /// Install the extra readiness condition (once).
     pub fn set_check(&self, check: ReadinessCheck) {
         let _ = self.inner.check.set(check);
@@ -68,18 +85,35 @@ pub async fn livez() -> StatusCode {
 }
 
 pub async fn readyz(State(h): State<Health>) -> Response {
-    let mut verdict = h.ready().map_err(str::to_owned);
+    let mut verdict = h.ready().map_err(|why| (why, why.to_owned()));
     if verdict.is_ok() {
         if let Some(check) = h.inner.check.get().and_then(|c| c()) {
-            verdict = check.await;
+            // A prober that hangs up before the deep check answers (its probe timeout) is a
+            // failed probe too: counted as `caller_gone` when this future is dropped.
+            struct Pending<'a>(Option<&'a prometheus::IntCounterVec>);
+            impl Drop for Pending<'_> {
+                fn drop(&mut self) {
+                    if let Some(c) = self.0 {
+                        c.with_label_values(&["caller_gone"]).inc();
+                    }
+                }
+            }
+            let mut pending = Pending(h.inner.failures.get());
+            verdict = check.await.map_err(|why| ("dependency", why));
+            pending.0 = None;
         }
     }
     match verdict {
         Ok(()) => (StatusCode::OK, Json(serde_json::json!({"status": "ready"}))).into_response(),
-        Err(why) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Json(serde_json::json!({"status": why})),
-        )
-            .into_response(),
+        Err((reason, why)) => {
+            if let Some(c) = h.inner.failures.get() {
+                c.with_label_values(&[reason]).inc();
+            }
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Json(serde_json::json!({"status": why})),
+            )
+                .into_response()
+        }
     }
 }

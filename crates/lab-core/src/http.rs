@@ -2,6 +2,12 @@
 //!
 //! Clients of a document API parse bodies; a plain-text error or an HTML 404 is a second failure
 //! on top of the first. Codes are stable and say what the caller can do about the error.
+//!
+//! Every error is a row of the error table (`lab_contract::errors`): [`ApiError::from_failure`]
+//! takes the row's status and code and remembers the row, and the response carries it as an
+//! extension ([`ErrorInfo`]) for [`crate::metrics::track`], which counts `lab_errors_total` and
+//! puts the row on the wire (`x-lab-error-origin`) for the hop above. An `ApiError` built from a
+//! bare code (the generic constructors below) is a row of whichever hop answers it.
 
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{FromRequest, Request};
@@ -9,6 +15,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use lab_api::wire::ErrorBody;
+use lab_contract::Failure;
 use serde::de::DeserializeOwned;
 
 /// An error response. `code` is machine-readable and stable.
@@ -17,6 +24,17 @@ pub struct ApiError {
     pub status: StatusCode,
     pub code: &'static str,
     pub message: String,
+    /// The error-table row this answers, when it was decided elsewhere or named explicitly;
+    /// `None`: the row `code` names at the hop that answers.
+    pub origin: Option<&'static Failure>,
+}
+
+/// What an error response was, for the middleware that counts it: attached to every response
+/// [`ApiError`] builds.
+#[derive(Debug, Clone, Copy)]
+pub struct ErrorInfo {
+    pub code: &'static str,
+    pub origin: Option<&'static Failure>,
 }
 
 impl ApiError {
@@ -25,6 +43,16 @@ impl ApiError {
             status,
             code,
             message: message.into(),
+            origin: None,
+        }
+    }
+    /// The error `f` (of this hop, or of a hop below passed through): its status and code.
+    pub fn from_failure(f: &'static Failure, message: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::from_u16(f.status).expect("the error table holds valid statuses"),
+            code: f.code,
+            message: message.into(),
+            origin: Some(f),
         }
     }
     pub fn bad_request(message: impl Into<String>) -> Self {
@@ -46,7 +74,13 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, Json(ErrorBody::new(self.code, self.message))).into_response()
+        let info = ErrorInfo {
+            code: self.code,
+            origin: self.origin,
+        };
+        let mut resp = (self.status, Json(ErrorBody::new(self.code, self.message))).into_response();
+        resp.extensions_mut().insert(info);
+        resp
     }
 }
 

@@ -4,15 +4,18 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use axum::extract::{Request, State};
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use lab_contract::errors::{self, Failure, Hop, ORIGIN_HEADER};
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
 };
 use tracing::Instrument as _;
+
+use crate::http::ErrorInfo;
 
 /// Latency buckets for a callee's own view: they reach far past the gateway's 3 s budget (up to
 /// 60 s) because the postmortem's entity-service p99 was 6.9 s while the gateway could only ever
@@ -142,20 +145,47 @@ pub struct HttpMetrics {
     /// The server span's name (the postmortem's, e.g. `orchestrator.Extract`); `None`:
     /// `"{method} {path}"`.
     span_name: Option<&'static str>,
+    /// The public edge: errors are counted by origin but the origin is not put on the wire (it
+    /// names internal hops; users get the row's code and meaning in the body).
+    public: bool,
 }
 
 struct HttpMetricsInner {
+    /// The hop these routes belong to: the `hop` of an error this service decided itself.
+    hop: Hop,
     requests: IntCounterVec,
     duration: HistogramVec,
     in_flight: IntGauge,
+    /// `lab_errors_total{hop, origin, status}`: every error response, by the error-table row that
+    /// decided it (which may belong to a hop below).
+    errors: IntCounterVec,
+    /// `<prefix>_probe_requests_total{status}`: requests marked as probe traffic, kept out of
+    /// every series above.
+    probes: IntCounterVec,
 }
 
 impl HttpMetrics {
-    /// `<prefix>_requests_total{status}`, `<prefix>_request_duration_seconds{status}` and
-    /// `<prefix>_requests_in_flight`.
-    pub fn new(metrics: &Metrics, prefix: &str, what: &str, buckets: &[f64]) -> Self {
+    /// `<prefix>_requests_total{status}`, `<prefix>_request_duration_seconds{status}`,
+    /// `<prefix>_requests_in_flight`, and `lab_errors_total{hop, origin, status}` for the routes of
+    /// `hop`.
+    pub fn new(metrics: &Metrics, hop: Hop, prefix: &str, what: &str, buckets: &[f64]) -> Self {
         Self {
             inner: Arc::new(HttpMetricsInner {
+                hop,
+                errors: metrics.counter_vec(
+                    "lab_errors_total",
+                    "Error responses this service sent, by the error-table row that decided them: \
+                     hop and origin name the row (possibly a hop below), status what was answered",
+                    &["hop", "origin", "status"],
+                ),
+                probes: metrics.counter_vec(
+                    &format!("{prefix}_probe_requests_total"),
+                    &format!(
+                        "Health-probe requests {what} (x-lab-traffic: probe), by HTTP status; \
+                         not in {prefix}_requests_total"
+                    ),
+                    &["status"],
+                ),
                 requests: metrics.counter_vec(
                     &format!("{prefix}_requests_total"),
                     &format!("Requests {what}, by HTTP status"),
@@ -173,7 +203,14 @@ impl HttpMetrics {
                 ),
             }),
             span_name: None,
+            public: false,
         }
+    }
+
+    /// These routes face users: never send `x-lab-error-origin` to the caller.
+    pub fn public(mut self) -> Self {
+        self.public = true;
+        self
     }
 
     /// Name the server span of every request through [`track`] (the names the postmortem's
@@ -188,11 +225,32 @@ impl HttpMetrics {
         self.inner.requests.with_label_values(&[s]).inc();
         self.inner.duration.with_label_values(&[s]).observe(seconds);
     }
+
+    /// Count one error response as `f`, answered with `status`.
+    fn count_error(&self, f: &Failure, status: StatusCode) {
+        self.inner
+            .errors
+            .with_label_values(&[f.hop.as_str(), f.code, status.as_str()])
+            .inc();
+    }
+
+    /// The row an error response of these routes answers: the one it names, else the one its
+    /// code names at this hop, else this hop's `unlabelled` (a response not built from the table).
+    fn failure_of(&self, resp: &Response) -> &'static Failure {
+        let info = resp.extensions().get::<ErrorInfo>();
+        info.and_then(|i| i.origin)
+            .or_else(|| info.and_then(|i| errors::lookup(self.inner.hop, i.code)))
+            .unwrap_or_else(|| {
+                errors::lookup(self.inner.hop, "unlabelled").expect("every hop has `unlabelled`")
+            })
+    }
 }
 
 /// Middleware: count and time every request through the layer it wraps. A request whose client
 /// disconnects is dropped by the server before it completes; it is counted as status 499
-/// (nginx's "client closed request") so those requests stay visible.
+/// (nginx's "client closed request") so those requests stay visible. Every error response is
+/// also counted in `lab_errors_total` by its error-table row, and carries the row upward in
+/// `x-lab-error-origin` (unless it already names one).
 ///
 /// When traces are on it also opens the request's server span, a child of the caller's
 /// `traceparent`, and marks it an error on a 5xx or a hang-up — what tail sampling keeps. The span
@@ -211,12 +269,28 @@ pub async fn track(State(m): State<HttpMetrics>, req: Request, next: Next) -> Re
             if !self.done {
                 let code = StatusCode::from_u16(499).expect("valid status");
                 self.m.observe(code, self.start.elapsed().as_secs_f64());
+                if let Some(f) = errors::lookup(self.m.inner.hop, "caller_gone") {
+                    self.m.count_error(f, code);
+                }
                 self.span.record("http.response.status_code", 499);
                 self.span.record("otel.status_code", "ERROR");
                 self.span
                     .record("otel.status_description", "client closed request");
             }
         }
+    }
+    let probe = req
+        .headers()
+        .get(lab_api::headers::TRAFFIC)
+        .is_some_and(|v| v == lab_api::headers::TRAFFIC_PROBE);
+    if probe {
+        // Probe traffic: counted apart, never in the user-facing series or spans.
+        let resp = next.run(req).await;
+        m.inner
+            .probes
+            .with_label_values(&[resp.status().as_str()])
+            .inc();
+        return resp;
     }
     let span = if crate::telemetry::enabled() {
         server_span(&m, &req)
@@ -230,9 +304,19 @@ pub async fn track(State(m): State<HttpMetrics>, req: Request, next: Next) -> Re
         done: false,
         span: span.clone(),
     };
-    let resp = next.run(req).instrument(span).await;
+    let mut resp = next.run(req).instrument(span).await;
     guard.done = true;
     m.observe(resp.status(), guard.start.elapsed().as_secs_f64());
+    if resp.status().is_client_error() || resp.status().is_server_error() {
+        // Counted by the row that decided it, and the row goes up to the caller.
+        let f = m.failure_of(&resp);
+        m.count_error(f, resp.status());
+        if m.public {
+            resp.headers_mut().remove(ORIGIN_HEADER);
+        } else if let Ok(v) = HeaderValue::from_str(&f.origin()) {
+            resp.headers_mut().entry(ORIGIN_HEADER).or_insert(v);
+        }
+    }
     guard
         .span
         .record("http.response.status_code", resp.status().as_u16());

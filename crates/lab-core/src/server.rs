@@ -48,6 +48,7 @@ impl Server {
             .await
             .with_context(|| format!("binding {}:{}", http.host, http.port))?;
         let addr = listener.local_addr()?;
+        health.count_failures_in(&metrics);
         let ops = Router::new()
             .route("/livez", get(health::livez))
             .route("/readyz", get(health::readyz))

@@ -19,8 +19,14 @@ fn traceparent(trace: &str, parent: &str) -> String {
 /// Serve `/ok`, `/fail` (500) and `/slow` (5 s) behind `track`, named `test.Handle`.
 async fn serve() -> String {
     let metrics = Metrics::new();
-    let http = HttpMetrics::new(&metrics, "test", "to the test routes", CALLEE_BUCKETS)
-        .with_span_name("test.Handle");
+    let http = HttpMetrics::new(
+        &metrics,
+        lab_contract::Hop::Orchestrator,
+        "test",
+        "to the test routes",
+        CALLEE_BUCKETS,
+    )
+    .with_span_name("test.Handle");
     let app = Router::new()
         .route("/ok", get(|| async { "ok" }))
         .route("/fail", get(|| async { StatusCode::INTERNAL_SERVER_ERROR }))

@@ -329,6 +329,36 @@ pub async fn busy_connections(client: &Client) -> anyhow::Result<i64> {
     Ok(row.get(0))
 }
 
+/// One application's backends in `pg_stat_activity`, by state.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Backends {
+    pub active: i64,
+    pub idle_in_transaction: i64,
+    pub idle: i64,
+}
+
+/// The backends whose connections named themselves `application_name` (this connection
+/// excluded): PostgreSQL's own view of a pool, which sees queries still running for a caller that
+/// already handed its connection back.
+pub async fn backends(client: &Client, application_name: &str) -> anyhow::Result<Backends> {
+    let row = client
+        .query_one(
+            "SELECT count(*) FILTER (WHERE state = 'active'),
+                    count(*) FILTER (WHERE state LIKE 'idle in transaction%'),
+                    count(*) FILTER (WHERE state = 'idle')
+             FROM pg_stat_activity
+             WHERE application_name = $1 AND pid <> pg_backend_pid()",
+            &[&application_name],
+        )
+        .await
+        .context("reading pg_stat_activity")?;
+    Ok(Backends {
+        active: row.get(0),
+        idle_in_transaction: row.get(1),
+        idle: row.get(2),
+    })
+}
+
 /// Everything `labctl db status` shows.
 #[derive(Debug, Clone, Serialize)]
 pub struct DbStatus {

@@ -293,6 +293,22 @@ impl Lab {
         }
     }
 
+    /// A lab of `orchestrators` replicas calling `entity_url` (a stub or a dead port) instead of a
+    /// real entity-service, with one tenant and its API key; readiness pinned shallow (in legacy
+    /// mode the deep probe would call the stub too, and take replicas out of rotation).
+    pub async fn against(entity_url: &str, orchestrators: usize) -> (Lab, String) {
+        let db = TestDb::new().await;
+        let key = testkit::fixtures::tenant_with_key(&db.url, 1).await;
+        let opts = LabOptions {
+            orchestrators,
+            entity_urls_override: Some(entity_url.to_string()),
+            ..LabOptions::default()
+        };
+        let lab = Lab::start(db, opts).await;
+        lab.set_flag("readiness.depth", "shallow").await;
+        (lab, key.api_key)
+    }
+
     /// One enrichment worker of this lab's group, reading the lab's topic, in process on its own
     /// runtime. ([`Running::kill`] ends it like a crash, though dropping the runtime still closes
     /// its Kafka consumer; tests that need a real SIGKILL run the binary, see

@@ -10,22 +10,6 @@ use testkit::{fixtures, TestDb};
 /// A document with one span, so one user request is one batch: one call per attempt.
 const DOC: &str = "The payee Vega Labs confirmed.";
 
-/// A lab whose orchestrators call `stub`. Readiness is pinned shallow: in legacy mode the deep
-/// probe calls entity-service too (every 100 ms in tests), which is its own test below and would
-/// blur the per-request counts here.
-async fn lab_against(stub: &Stub, orchestrators: usize) -> (Lab, String) {
-    let db = TestDb::new().await;
-    let key = fixtures::tenant_with_key(&db.url, 1).await;
-    let opts = LabOptions {
-        orchestrators,
-        entity_urls_override: Some(stub.url.clone()),
-        ..LabOptions::default()
-    };
-    let lab = Lab::start(db, opts).await;
-    lab.set_flag("readiness.depth", "shallow").await;
-    (lab, key.api_key)
-}
-
 /// Wait (bounded) until the stub has seen `n` requests, then a little longer to catch any extra.
 async fn settle(stub: &Stub, n: usize) -> usize {
     for _ in 0..400 {
@@ -42,7 +26,7 @@ async fn settle(stub: &Stub, n: usize) -> usize {
 #[tokio::test]
 async fn legacy_mode_sends_nine_requests_per_user_request_to_a_failing_entity_service() {
     let stub = Stub::start(Reply::status(503)).await;
-    let (lab, key) = lab_against(&stub, 1).await;
+    let (lab, key) = Lab::against(&stub.url, 1).await;
     lab.set_flag("client.mode", "legacy").await;
 
     let resp = lab.extract(&key, json!({"doc_id": "d", "text": DOC})).await;
@@ -61,12 +45,7 @@ async fn legacy_mode_sends_nine_requests_per_user_request_to_a_failing_entity_se
         "the loops under the timed-out gateway attempts outlived their callers"
     );
     assert_eq!(
-        Lab::metric(
-            &lab.gateway.url,
-            "gateway_upstream_attempts_total",
-            "outcome=\"retry\""
-        )
-        .await,
+        Lab::metric(&lab.gateway.url, "gateway_upstream_retries_total", "").await,
         2.0
     );
 }
@@ -74,7 +53,7 @@ async fn legacy_mode_sends_nine_requests_per_user_request_to_a_failing_entity_se
 #[tokio::test]
 async fn legacy_kill_switches_cut_the_amplification_to_one() {
     let stub = Stub::start(Reply::status(503)).await;
-    let (lab, key) = lab_against(&stub, 1).await;
+    let (lab, key) = Lab::against(&stub.url, 1).await;
     lab.set_flag("client.mode", "legacy").await;
     lab.set_flag("retries.entity.enabled", "off").await;
     lab.set_flag("retries.gateway.enabled", "off").await;
@@ -90,7 +69,7 @@ async fn legacy_kill_switches_cut_the_amplification_to_one() {
 #[tokio::test]
 async fn resilient_mode_sends_at_most_three_requests_and_never_retries_a_500() {
     let stub = Stub::start(Reply::status(503)).await;
-    let (lab, key) = lab_against(&stub, 1).await;
+    let (lab, key) = Lab::against(&stub.url, 1).await;
     let resp = lab.extract(&key, json!({"doc_id": "d", "text": DOC})).await;
     assert_eq!(resp.status(), 503);
     let n = settle(&stub, 3).await;
@@ -118,7 +97,7 @@ async fn resilient_mode_sends_at_most_three_requests_and_never_retries_a_500() {
 #[tokio::test]
 async fn flipping_client_mode_changes_every_replica_without_a_restart() {
     let stub = Stub::start(Reply::status(503)).await;
-    let (lab, key) = lab_against(&stub, 2).await;
+    let (lab, key) = Lab::against(&stub.url, 2).await;
     let docs = [
         "The payee Vega Labs confirmed.",
         "The payee Nova Labs confirmed.",

@@ -257,8 +257,8 @@ async fn extract_with_entity_service_down_answers_5xx_not_a_hang() {
     assert_eq!(resp.status(), 503);
     let body: Value = resp.json().await.unwrap();
     assert_eq!(
-        body["error"]["code"], "transport_error",
-        "the fixed client's code for a refused connection"
+        body["error"]["code"], "entity_unreachable",
+        "the error table's row for a refused connection"
     );
 }
 

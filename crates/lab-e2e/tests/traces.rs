@@ -117,20 +117,6 @@ fn outlived(child: &RecordedSpan, parent: &RecordedSpan) -> Duration {
     child.end.duration_since(parent.end).unwrap_or_default()
 }
 
-/// A lab whose orchestrator calls `stub`, readiness pinned shallow (in legacy mode the deep probe
-/// would call the stub too and take the orchestrator out of rotation).
-async fn lab_against(stub: &Stub) -> (Lab, String) {
-    let db = TestDb::new().await;
-    let key = fixtures::tenant_with_key(&db.url, 1).await;
-    let opts = LabOptions {
-        entity_urls_override: Some(stub.url.clone()),
-        ..LabOptions::default()
-    };
-    let lab = Lab::start(db, opts).await;
-    lab.set_flag("readiness.depth", "shallow").await;
-    (lab, key.api_key)
-}
-
 /// The trace below the orchestrator: its server span under the caller's `traceparent`, the
 /// client's spans, entity-service's server span under the attempt that called it (it received a
 /// `traceparent` naming that attempt), and the queries under that.
@@ -227,7 +213,7 @@ async fn a_request_is_one_trace_from_the_gateway_to_the_database() {
 async fn legacy_retry_loop_outlives_the_request_in_the_users_trace() {
     let spans = recorder::global();
     let stub = Stub::start(Reply::status(503).after(STUB_DELAY)).await;
-    let (lab, key) = lab_against(&stub).await;
+    let (lab, key) = Lab::against(&stub.url, 1).await;
     lab.set_flag("client.mode", "legacy").await;
     let (trace_id, _, header) = traceparent();
 
@@ -292,7 +278,7 @@ async fn legacy_retry_loop_outlives_the_request_in_the_users_trace() {
 async fn resilient_work_ends_with_the_request_and_orphans_nothing() {
     let spans = recorder::global();
     let stub = Stub::start(Reply::status(503).after(STUB_DELAY)).await;
-    let (lab, key) = lab_against(&stub).await;
+    let (lab, key) = Lab::against(&stub.url, 1).await;
     let (trace_id, _, header) = traceparent();
 
     assert_eq!(

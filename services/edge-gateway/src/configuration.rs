@@ -70,19 +70,19 @@ pub struct LimitSettings {
 }
 
 impl Settings {
-    /// This gateway's hop of the hop table (crates/entity-client/src/budget.rs) with its configured
+    /// This gateway's hop of the hop table (crates/lab-contract/src/budget.rs) with its configured
     /// request budget, checked against the orchestrator's hop below it: a gateway whose budget
     /// the orchestrator could outlive refuses to start, naming both budgets.
-    pub fn hop_budget(&self) -> anyhow::Result<entity_client::Budget> {
-        let table = entity_client::hop_table();
+    pub fn hop_budget(&self) -> anyhow::Result<lab_contract::Budget> {
+        let table = lab_contract::hop_table();
         let guard = table.gateway.guard_band;
         let total = std::time::Duration::from_millis(self.budget.request_ms);
-        let gateway = entity_client::Budget {
+        let gateway = lab_contract::Budget {
             total,
             per_attempt: total.saturating_sub(guard),
             ..table.gateway.clone()
         };
-        entity_client::HopTable::new(gateway.clone(), table.orchestrator, table.entity)
+        lab_contract::HopTable::new(gateway.clone(), table.orchestrator, table.entity)
             .map_err(|e| anyhow::anyhow!("refusing to start: {e}"))?;
         Ok(gateway)
     }

@@ -15,6 +15,7 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use lab_api::headers;
 use lab_api::wire::{ExtractRequest, InternalExtractRequest};
+use lab_contract::errors;
 use lab_core::http::ApiError;
 use prometheus::IntCounterVec;
 
@@ -32,8 +33,67 @@ pub struct AppState {
     pub legacy: LegacySettings,
     pub flags: Arc<lab_flags::Flags>,
     pub limiter: Arc<crate::ratelimit::RateLimiter>,
-    pub attempts: IntCounterVec,
+    pub upstream_metrics: UpstreamMetrics,
 }
+
+/// How the gateway's hop to the orchestrators is counted: every attempt once, when it ends, and
+/// a retry together with its attempt (so the two can never disagree); failovers apart (nothing
+/// was sent).
+#[derive(Clone)]
+pub struct UpstreamMetrics {
+    /// `gateway_upstream_attempts_total{outcome}`: requests sent to an orchestrator, by how they
+    /// ended — `ok`, `error_5xx`, `error_4xx`, `attempt_timeout`, `transport_error`, and
+    /// `cut_by_budget` (in flight when the 3 s budget ended the whole request).
+    pub attempts: IntCounterVec,
+    /// `gateway_upstream_retries_total`: attempts after the first, counted with their attempt.
+    pub retries: prometheus::IntCounter,
+    /// `gateway_upstream_failovers_total`: a refused connection moved the same attempt to the
+    /// next ready replica (nothing was sent: not an attempt, not a retry).
+    pub failovers: prometheus::IntCounter,
+}
+
+impl UpstreamMetrics {
+    pub fn new(metrics: &lab_core::metrics::Metrics) -> Self {
+        let attempts = metrics.counter_vec(
+            "gateway_upstream_attempts_total",
+            "Requests the gateway sent to an orchestrator, by how they ended (counted once, when \
+             they end; cut_by_budget: in flight when the request's budget ran out)",
+            &["outcome"],
+        );
+        for o in ATTEMPT_OUTCOMES {
+            attempts.with_label_values(&[o]);
+        }
+        Self {
+            attempts,
+            retries: metrics.register(
+                prometheus::IntCounter::new(
+                    "gateway_upstream_retries_total",
+                    "Attempts after the first at an orchestrator (legacy mode), counted with their \
+                     attempt in gateway_upstream_attempts_total",
+                )
+                .expect("valid metric"),
+            ),
+            failovers: metrics.register(
+                prometheus::IntCounter::new(
+                    "gateway_upstream_failovers_total",
+                    "Refused connections to an orchestrator replica; the same attempt moved to the \
+                     next ready one (nothing was sent)",
+                )
+                .expect("valid metric"),
+            ),
+        }
+    }
+}
+
+/// Values of `gateway_upstream_attempts_total{outcome}`, pre-registered at 0.
+pub const ATTEMPT_OUTCOMES: &[&str] = &[
+    "ok",
+    "error_5xx",
+    "error_4xx",
+    "attempt_timeout",
+    "transport_error",
+    "cut_by_budget",
+];
 
 /// Extract the entities a document mentions.
 ///
@@ -70,19 +130,14 @@ pub struct AppState {
         (status = 429, description = "`rate_limited`: the tenant is over its plan's requests \
          per second.", body = crate::openapi::schema::ErrorBody,
          headers(("Retry-After" = u64))),
-        (status = 500, description = "`internal`: the gateway could not encode the forwarded \
-         request (a bug; not expected).", body = crate::openapi::schema::ErrorBody),
-        (status = 502, description = "`upstream_failed`, `bad_upstream_response`, \
-         `decode_error`: an upstream answered nonsense or dropped the connection.",
-         body = crate::openapi::schema::ErrorBody),
-        (status = 503, description = "Temporarily unable; retry later with backoff. \
-         `auth_unavailable` (keys cannot be verified), `no_ready_upstream`, or the entity \
-         store's state: `entity_unavailable`, `transport_error`, `upstream_error`, \
-         `breaker_open`, `retry_budget_exhausted`, `concurrency_limited`, \
-         `attempt_timed_out`.", body = crate::openapi::schema::ErrorBody),
-        (status = 504, description = "`deadline_exceeded` or `no_budget`: the request did not \
-         complete within its 3 s budget; the work below was cancelled.",
-         body = crate::openapi::schema::ErrorBody),
+        (status = 500, description = "A bug (the gateway's, or a bug below passed through); \
+         not worth retrying.", body = crate::openapi::schema::ErrorBody),
+        (status = 502, description = "An upstream's answer was broken (a dropped connection, an \
+         unreadable answer).", body = crate::openapi::schema::ErrorBody),
+        (status = 503, description = "Temporarily unable: congestion or a shed; retry later with \
+         backoff.", body = crate::openapi::schema::ErrorBody),
+        (status = 504, description = "The request's time ran out (its 3 s budget, or a budget \
+         below it); the work below was cancelled.", body = crate::openapi::schema::ErrorBody),
     ),
 )]
 pub async fn extract(
@@ -165,13 +220,15 @@ async fn handle(
     let forward = forward(st, &body, deadline, request_id, user_deadline_ms);
     match tokio::time::timeout_at(deadline.into(), forward).await {
         Ok(result) => result,
-        Err(_) => {
-            st.attempts.with_label_values(&["budget_exhausted"]).inc();
-            Err(ApiError::deadline_exceeded(format!(
+        // The attempt in flight is dropped here (its connection closed) and counts itself as
+        // `cut_by_budget`.
+        Err(_) => Err(ApiError::from_failure(
+            &errors::GW_DEADLINE_EXCEEDED,
+            format!(
                 "the request did not complete within its {} ms budget",
                 budget.as_millis()
-            )))
-        }
+            ),
+        )),
     }
 }
 
@@ -312,15 +369,87 @@ async fn forward(
     let policy = policy(st);
     let mut last = None;
     for attempt in 0..policy.attempts {
-        if attempt > 0 {
-            st.attempts.with_label_values(&["retry"]).inc();
-        }
-        match attempt_once(st, &policy, body, deadline, request_id, user_deadline_ms).await? {
+        let retry = attempt > 0;
+        match attempt_once(
+            st,
+            &policy,
+            body,
+            deadline,
+            request_id,
+            user_deadline_ms,
+            retry,
+        )
+        .await?
+        {
             Attempt::Answer(resp) => return Ok(resp),
             Attempt::Failed(resp) => last = Some(resp),
         }
     }
     Ok(last.expect("at least one attempt"))
+}
+
+/// One attempt's outcome, recorded exactly once: when it ends, or — dropped mid-flight by the
+/// request's budget — as `cut_by_budget`.
+struct AttemptGuard<'a> {
+    metrics: &'a UpstreamMetrics,
+    outcome: Option<&'static str>,
+    /// An attempt after the first: counted as a retry with it.
+    retry: bool,
+    /// False once it turned out nothing was sent (a refused connection).
+    armed: bool,
+}
+
+impl AttemptGuard<'_> {
+    /// Not an attempt after all: the connection was refused, nothing was sent.
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for AttemptGuard<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.metrics
+                .attempts
+                .with_label_values(&[self.outcome.unwrap_or("cut_by_budget")])
+                .inc();
+            if self.retry {
+                self.metrics.retries.inc();
+            }
+        }
+    }
+}
+
+/// The user-facing error for an orchestrator's non-2xx answer: the error-table row it names,
+/// answered with that row's status and code and a message from the table — never the inner
+/// hop's own text, which is logged instead.
+fn upstream_error(status: u16, headers: &reqwest::header::HeaderMap, body: &[u8]) -> ApiError {
+    let row = headers
+        .get(lab_contract::ORIGIN_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(errors::parse_origin);
+    match row {
+        Some(f) => {
+            tracing::debug!(
+                status,
+                origin = %f.origin(),
+                body = %String::from_utf8_lossy(&body[..body.len().min(512)]),
+                "orchestrator answered an error"
+            );
+            ApiError::from_failure(f, f.means)
+        }
+        None => {
+            tracing::warn!(
+                status,
+                body = %String::from_utf8_lossy(&body[..body.len().min(512)]),
+                "orchestrator answered an error naming no known origin"
+            );
+            ApiError::from_failure(
+                &errors::GW_UPSTREAM_UNLABELLED,
+                errors::GW_UPSTREAM_UNLABELLED.means,
+            )
+        }
+    }
 }
 
 async fn attempt_once(
@@ -330,13 +459,14 @@ async fn attempt_once(
     deadline: Instant,
     request_id: &str,
     user_deadline_ms: u128,
+    retry: bool,
 ) -> Result<Attempt, ApiError> {
+    let m = &st.upstream_metrics;
     let mut tried = Vec::new();
     loop {
         let Some(i) = st.upstreams.pick(&tried) else {
-            st.attempts.with_label_values(&["no_ready_upstream"]).inc();
-            return Err(ApiError::unavailable(
-                "no_ready_upstream",
+            return Err(ApiError::from_failure(
+                &errors::GW_NO_READY_UPSTREAM,
                 "no orchestrator replica is ready to serve",
             ));
         };
@@ -357,32 +487,49 @@ async fn attempt_once(
         if policy.propagate_budget {
             rb = rb.header(headers::REQUEST_BUDGET_MS, left.as_millis().to_string());
         }
+        // From here the attempt is on its way: it is counted once, however it ends.
+        let mut guard = AttemptGuard {
+            metrics: m,
+            outcome: None,
+            retry,
+            armed: true,
+        };
         let sent = async {
             let resp = rb.send().await?;
             let status = resp.status();
+            let headers = resp.headers().clone();
             let bytes = resp.bytes().await?;
-            Ok::<_, reqwest::Error>((status, bytes))
+            Ok::<_, reqwest::Error>((status, headers, bytes))
         }
         .await;
+        if let Err(e) = &sent {
+            if e.is_connect() {
+                // Nothing reached the replica: failover to the next one, same attempt.
+                guard.disarm();
+                m.failovers.inc();
+                st.upstreams.eject(i);
+                continue;
+            }
+        }
         return Ok(match sent {
-            Ok((status, bytes)) => {
+            Ok((status, headers, bytes)) => {
                 let server_error = status.is_server_error();
-                st.attempts
-                    .with_label_values(&[if status.is_success() {
-                        "ok"
-                    } else if server_error {
-                        "error_5xx"
-                    } else {
-                        "error_4xx"
-                    }])
-                    .inc();
-                let status =
-                    StatusCode::from_u16(status.as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
-                let resp = Response::builder()
-                    .status(status)
-                    .header(header::CONTENT_TYPE, "application/json")
-                    .body(Body::from(bytes))
-                    .expect("valid response");
+                guard.outcome = Some(if status.is_success() {
+                    "ok"
+                } else if server_error {
+                    "error_5xx"
+                } else {
+                    "error_4xx"
+                });
+                let resp = if status.is_success() {
+                    Response::builder()
+                        .status(StatusCode::OK)
+                        .header(header::CONTENT_TYPE, "application/json")
+                        .body(Body::from(bytes))
+                        .expect("valid response")
+                } else {
+                    upstream_error(status.as_u16(), &headers, &bytes).into_response()
+                };
                 // LAB-BUG(retries-5xx) in legacy mode: any 5xx is worth another attempt.
                 if server_error {
                     Attempt::Failed(resp)
@@ -390,28 +537,26 @@ async fn attempt_once(
                     Attempt::Answer(resp)
                 }
             }
-            Err(e) if e.is_connect() => {
-                st.attempts.with_label_values(&["connect_refused"]).inc();
-                st.upstreams.eject(i);
-                continue;
-            }
             Err(e) if e.is_timeout() => {
-                st.attempts.with_label_values(&["attempt_timeout"]).inc();
+                guard.outcome = Some("attempt_timeout");
                 Attempt::Failed(
-                    ApiError::deadline_exceeded(format!(
-                        "the orchestrator did not answer within {} ms",
-                        timeout.as_millis()
-                    ))
+                    ApiError::from_failure(
+                        &errors::GW_UPSTREAM_TIMEOUT,
+                        format!(
+                            "the orchestrator did not answer within {} ms",
+                            timeout.as_millis()
+                        ),
+                    )
                     .into_response(),
                 )
             }
             Err(e) => {
-                st.attempts.with_label_values(&["transport_error"]).inc();
+                guard.outcome = Some("transport_error");
+                tracing::warn!(error = %e, "orchestrator connection failed");
                 Attempt::Failed(
-                    ApiError::new(
-                        StatusCode::BAD_GATEWAY,
-                        "upstream_failed",
-                        format!("the orchestrator connection failed: {e}"),
+                    ApiError::from_failure(
+                        &errors::GW_UPSTREAM_FAILED,
+                        errors::GW_UPSTREAM_FAILED.means,
                     )
                     .into_response(),
                 )

@@ -96,16 +96,46 @@ impl Modify for EdgeConventions {
             .get_mut("/v1/extract")
             .and_then(|item| item.post.as_mut());
         if let Some(op) = extract {
-            for response in op.responses.responses.values_mut() {
+            for (status, response) in op.responses.responses.iter_mut() {
                 if let utoipa::openapi::RefOr::T(r) = response {
                     r.headers.insert("X-Request-Id".into(), request_id.clone());
                     if let Some(h) = r.headers.get_mut("Retry-After") {
                         *h = retry_after.clone();
                     }
+                    if let Some(codes) = error_codes(status) {
+                        r.description = format!("{} {codes}", r.description);
+                    }
                 }
             }
         }
     }
+}
+
+/// The error codes `/v1/extract` can answer with `status`, from the error table
+/// (`lab_contract::errors`): every row of every hop passes up unchanged, so the document lists
+/// them all, with what each means. `None` for a status without rows.
+pub fn error_codes(status: &str) -> Option<String> {
+    let status: u16 = status.parse().ok()?;
+    // Client errors are the gateway's own and say their code in their description already.
+    if status < 500 {
+        return None;
+    }
+    let mut rows: Vec<&lab_contract::Failure> = lab_contract::errors::TABLE
+        .iter()
+        .copied()
+        .filter(|f| f.status == status)
+        .collect();
+    if rows.is_empty() {
+        return None;
+    }
+    // One line per code; a code several hops share (`invalid_request`) is listed once.
+    rows.sort_by_key(|f| f.code);
+    rows.dedup_by_key(|f| f.code);
+    let items: Vec<String> = rows
+        .iter()
+        .map(|f| format!("`{}`: {}", f.code, f.means))
+        .collect();
+    Some(format!("Codes: {}.", items.join("; ")))
 }
 
 /// `GET /openapi.json`.

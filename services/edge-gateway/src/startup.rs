@@ -69,15 +69,17 @@ impl Application {
             legacy: settings.legacy.clone(),
             flags,
             limiter,
-            attempts: metrics.counter_vec(
-                "gateway_upstream_attempts_total",
-                "Requests the gateway sent (or could not send) to an orchestrator, by outcome",
-                &["outcome"],
-            ),
+            upstream_metrics: crate::extract::UpstreamMetrics::new(&metrics),
         };
-        let request_metrics =
-            HttpMetrics::new(&metrics, "gateway", "to /v1/extract", GATEWAY_BUCKETS)
-                .with_span_name("edge-gateway.HandleExtract");
+        let request_metrics = HttpMetrics::new(
+            &metrics,
+            lab_contract::Hop::EdgeGateway,
+            "gateway",
+            "to /v1/extract",
+            GATEWAY_BUCKETS,
+        )
+        .with_span_name("edge-gateway.HandleExtract")
+        .public();
         let api = Router::new()
             .route("/v1/extract", post(extract::extract))
             .with_state(state)

@@ -75,6 +75,27 @@ fn openapi_documents_the_bearer_scheme_and_every_extract_status() {
     assert!(op["responses"]["429"]["headers"]["Retry-After"].is_object());
 }
 
+#[test]
+fn openapi_lists_every_server_error_code_of_the_error_table_under_its_status() {
+    let doc = doc();
+    let responses = &doc["paths"]["/v1/extract"]["post"]["responses"];
+    for row in lab_contract::errors::TABLE {
+        if row.status < 500 {
+            continue;
+        }
+        let description = responses[row.status.to_string()]["description"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{} is not a documented status", row.status));
+        assert!(
+            description.contains(&format!("`{}`", row.code)),
+            "{} ({}) is missing from the {} description",
+            row.code,
+            row.origin(),
+            row.status
+        );
+    }
+}
+
 /// `real` → JSON → mirror → JSON is the same JSON, and the mirror's JSON reads back as `real`.
 fn assert_mirrors<R, M>(real: &R)
 where

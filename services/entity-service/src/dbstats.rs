@@ -12,12 +12,18 @@ use std::time::Duration;
 
 use lab_core::metrics::Metrics;
 use lab_db::inspect;
-use prometheus::{Gauge, IntGauge};
+use prometheus::{Gauge, IntGauge, IntGaugeVec};
 
 /// How often the facts are refreshed. A plan flip shows within one refresh; each refresh costs
 /// seven executions of the hot statement plus two catalog queries (< 10 ms even when the plan
 /// is the slow one), so every 5 s is noise next to the service's own traffic.
 pub const REFRESH: Duration = Duration::from_secs(5);
+
+/// How often this replica's own backends are counted in `pg_stat_activity`: every second, like
+/// the game day's scrape, because the pool's gauge can lie exactly when it matters — a query
+/// whose caller went away (no statement_timeout: legacy) keeps running in PostgreSQL after its
+/// pooled connection was handed back. One catalog query, well under a millisecond.
+pub const BACKENDS_REFRESH: Duration = Duration::from_secs(1);
 
 /// Bound on each probe query: a healthy probe takes milliseconds; 2 s keeps a stuck database
 /// from holding the probe connection (and a server backend) for longer than a refresh or two.
@@ -30,6 +36,9 @@ pub struct DbStatsMetrics {
     modified_since_analyze: IntGauge,
     hot_plan_index_scan: IntGauge,
     active_connections: IntGauge,
+    /// `entity_db_backends{state}`: this replica's own PostgreSQL backends, by
+    /// `pg_stat_activity.state` (`active`, `idle_in_transaction`, `idle`).
+    backends: IntGaugeVec,
     up: IntGauge,
 }
 
@@ -59,6 +68,18 @@ impl DbStatsMetrics {
                 "entity_db_active_connections",
                 "Client connections to the lab database that are not idle (pg_stat_activity), this probe excluded",
             ),
+            backends: metrics.register(
+                IntGaugeVec::new(
+                    prometheus::Opts::new(
+                        "entity_db_backends",
+                        "This replica's PostgreSQL backends by pg_stat_activity state (PostgreSQL's \
+                         own view: a query still running after its pooled connection was handed \
+                         back counts here, not in entity_db_pool_connections)",
+                    ),
+                    &["state"],
+                )
+                .expect("valid metric"),
+            ),
             up: metrics.gauge(
                 "entity_db_stats_up",
                 "1 when the last refresh of the entity_db_* database facts succeeded; the other gauges keep their last values while 0",
@@ -68,17 +89,25 @@ impl DbStatsMetrics {
 }
 
 /// Start the refresh task. It lives as long as the runtime (the service's process); it holds
-/// no pooled connection and reconnects after any error.
-pub fn spawn(metrics: &Metrics, database_url: String) {
+/// no pooled connection and reconnects after any error. `application_name`: the name this
+/// replica's pool gives its connections, whose backends it counts.
+pub fn spawn(metrics: &Metrics, database_url: String, application_name: String) {
     let m = DbStatsMetrics::new(metrics);
+    for state in ["active", "idle_in_transaction", "idle"] {
+        m.backends.with_label_values(&[state]);
+    }
     tokio::spawn(async move {
-        let mut tick = tokio::time::interval(REFRESH);
+        let mut tick = tokio::time::interval(BACKENDS_REFRESH);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut client: Option<tokio_postgres::Client> = None;
         let mut failing = false;
+        let every = (REFRESH.as_secs_f64() / BACKENDS_REFRESH.as_secs_f64()).round() as u64;
+        let mut n: u64 = 0;
         loop {
             tick.tick().await;
-            match refresh(&m, &database_url, &mut client).await {
+            let full = n.is_multiple_of(every.max(1));
+            n += 1;
+            match refresh(&m, &database_url, &application_name, full, &mut client).await {
                 Ok(()) => {
                     if failing {
                         tracing::info!("database facts (entity_db_*) refresh again");
@@ -103,6 +132,8 @@ pub fn spawn(metrics: &Metrics, database_url: String) {
 async fn refresh(
     m: &DbStatsMetrics,
     url: &str,
+    application_name: &str,
+    full: bool,
     client: &mut Option<tokio_postgres::Client>,
 ) -> anyhow::Result<()> {
     if client.as_ref().is_none_or(|c| c.is_closed()) {
@@ -115,6 +146,15 @@ async fn refresh(
         *client = Some(c);
     }
     let c = client.as_ref().expect("connected above");
+    let b = inspect::backends(c, application_name).await?;
+    m.backends.with_label_values(&["active"]).set(b.active);
+    m.backends
+        .with_label_values(&["idle_in_transaction"])
+        .set(b.idle_in_transaction);
+    m.backends.with_label_values(&["idle"]).set(b.idle);
+    if !full {
+        return Ok(());
+    }
     let table = inspect::table_status(c).await?;
     m.seconds_since_analyze
         .set(table.seconds_since_analyze.unwrap_or(f64::INFINITY));

@@ -8,7 +8,6 @@
 
 use std::time::Duration;
 
-use axum::http::StatusCode;
 use lab_core::http::ApiError;
 use lab_flags::Snapshot;
 use prometheus::IntCounterVec;
@@ -27,10 +26,15 @@ pub async fn inject(flags: &Snapshot, counter: &IntCounterVec) -> Result<(), Api
         counter
             .with_label_values(&[&format!("error_{status}")])
             .inc();
-        let status = StatusCode::from_u16(status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
-        return Err(ApiError::new(
-            status,
-            "injected_fault",
+        // Two rows of the error table, as the flag's two variants: a 503 says "congested, try
+        // again" (the legacy client and the fixed one both retry it), a 500 says "a bug".
+        let row = if status == 500 {
+            &lab_contract::errors::ES_INJECTED_FAULT_500
+        } else {
+            &lab_contract::errors::ES_INJECTED_FAULT_503
+        };
+        return Err(ApiError::from_failure(
+            row,
             "game-day fault injection (fault.entity.error_fraction)",
         ));
     }

@@ -9,11 +9,12 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 use axum::Json;
 use deadpool_postgres::{Pool, PoolError};
 use lab_api::headers;
 use lab_api::wire::{EntityRef, MatchMethod, Resolution, ResolveRequest, ResolveResponse};
+use lab_contract::errors;
 use lab_core::http::{ApiError, JsonBody};
 use lab_db::queries;
 use tracing::Instrument as _;
@@ -27,29 +28,70 @@ pub const KINDS: &[&str] = &["organization", "person", "location", "product"];
 /// Longest normalized span accepted: far above any name, far below anything that hurts.
 const MAX_SPAN_CHARS: usize = 256;
 
-/// A running estimate of this replica's own handler time (EWMA, microseconds), used to refuse
-/// work whose caller's budget cannot cover it.
+/// A running estimate of this replica's own handler time (EWMA), used to refuse work whose
+/// caller's budget cannot cover it.
+///
+/// It learns only from requests it admitted, so on its own it could lock itself in: slow traffic
+/// pushes it above every caller's budget, every budgeted request is then refused, and nothing
+/// admitted could ever bring it down again. So it also forgets: after [`CostEstimate::GRACE`]
+/// without a single observation the estimate decays with a half-life of
+/// [`CostEstimate::HALF_LIFE`] (never sooner, so steady traffic reads an unbiased average). A
+/// refusal costs the database nothing,
+/// so the price of a stale estimate is at most a second or two of refusals, after which requests
+/// are admitted again and measure the real cost — high if the database really is slow (and the
+/// refusals resume), low if the queue that made it slow has drained.
 #[derive(Default)]
-pub struct CostEstimate(std::sync::atomic::AtomicU64);
+pub struct CostEstimate(std::sync::Mutex<Option<(f64, Instant)>>);
 
 impl CostEstimate {
     /// Weight of the newest sample: 0.1 follows a change within ~20 requests (the stale-stats
     /// plan flip makes every request slower at once) without jumping on one outlier.
     const ALPHA: f64 = 0.1;
+    /// After a second without any sample the estimate halves every second: the fixed client's
+    /// largest per-attempt budget is 700 ms, so an estimate stuck at even 10 s admits again
+    /// within ~5 s. Under traffic a replica sees a sample every few milliseconds, so the grace
+    /// only ever runs out when everything is being refused (or nothing arrives at all).
+    pub const GRACE: Duration = Duration::from_secs(1);
+    pub const HALF_LIFE: Duration = Duration::from_secs(1);
 
     pub fn get(&self) -> Duration {
-        Duration::from_micros(self.0.load(std::sync::atomic::Ordering::Relaxed))
+        self.get_at(Instant::now())
+    }
+
+    /// The estimate as of `now`, decayed since the last sample.
+    pub fn get_at(&self, now: Instant) -> Duration {
+        let state = *self.0.lock().expect("cost estimate lock");
+        Duration::from_secs_f64(Self::decayed(state, now) / 1e6)
     }
 
     pub fn observe(&self, took: Duration) {
-        let old = self.0.load(std::sync::atomic::Ordering::Relaxed) as f64;
-        let new = if old == 0.0 {
-            took.as_micros() as f64
-        } else {
-            old + Self::ALPHA * (took.as_micros() as f64 - old)
+        self.observe_at(took, Instant::now());
+    }
+
+    pub fn observe_at(&self, took: Duration, now: Instant) {
+        let mut state = self.0.lock().expect("cost estimate lock");
+        let sample = took.as_secs_f64() * 1e6;
+        let next = match *state {
+            None => sample,
+            Some(_) => {
+                let old = Self::decayed(*state, now);
+                old + Self::ALPHA * (sample - old)
+            }
         };
-        self.0
-            .store(new as u64, std::sync::atomic::Ordering::Relaxed);
+        *state = Some((next, now));
+    }
+
+    /// Microseconds, decayed from the last sample to `now`.
+    fn decayed(state: Option<(f64, Instant)>, now: Instant) -> f64 {
+        match state {
+            None => 0.0,
+            Some((us, at)) => {
+                let idle = now
+                    .saturating_duration_since(at)
+                    .saturating_sub(Self::GRACE);
+                us * 0.5f64.powf(idle.as_secs_f64() / Self::HALF_LIFE.as_secs_f64())
+            }
+        }
     }
 }
 
@@ -93,9 +135,8 @@ pub async fn resolve(
         let expected = st.cost.get();
         if budget < expected {
             st.metrics.shed.with_label_values(&["budget"]).inc();
-            return Err(ApiError::new(
-                StatusCode::REQUEST_TIMEOUT,
-                "budget_exhausted",
+            return Err(ApiError::from_failure(
+                &errors::ES_BUDGET_REFUSED,
                 format!(
                     "the caller's budget ({} ms) cannot cover this work (recent cost {} ms); not started",
                     budget.as_millis(),
@@ -293,22 +334,21 @@ fn observe(m: &ServiceMetrics, query: &str, since: Instant) {
 }
 
 fn budget_gone() -> ApiError {
-    ApiError::new(
-        StatusCode::REQUEST_TIMEOUT,
-        "budget_exhausted",
+    ApiError::from_failure(
+        &errors::ES_BUDGET_REFUSED,
         "the caller's budget ran out before the work could start",
     )
 }
 
 fn pool_error(e: PoolError) -> ApiError {
     match e {
-        PoolError::Timeout(_) => ApiError::unavailable(
-            "db_pool_exhausted",
+        PoolError::Timeout(_) => ApiError::from_failure(
+            &errors::ES_DB_POOL_EXHAUSTED,
             "no PostgreSQL connection became free within the pool's wait bound",
         ),
         other => {
             tracing::warn!(error = %other, "cannot get a PostgreSQL connection");
-            ApiError::unavailable("db_unavailable", "PostgreSQL is unreachable")
+            ApiError::from_failure(&errors::ES_DB_UNAVAILABLE, "PostgreSQL is unreachable")
         }
     }
 }
@@ -316,16 +356,72 @@ fn pool_error(e: PoolError) -> ApiError {
 fn db_error(e: tokio_postgres::Error) -> ApiError {
     // 57014 query_canceled: statement_timeout or a cancel request — the time ran out.
     if e.code() == Some(&tokio_postgres::error::SqlState::QUERY_CANCELED) {
-        return ApiError::new(
-            StatusCode::GATEWAY_TIMEOUT,
-            "deadline_exceeded",
+        return ApiError::from_failure(
+            &errors::ES_QUERY_CANCELLED,
             "the query was cancelled when its time budget ran out",
         );
     }
     if e.is_closed() || e.code().is_none() {
         tracing::warn!(error = %e, "PostgreSQL connection failed");
-        return ApiError::unavailable("db_unavailable", "the PostgreSQL connection failed");
+        return ApiError::from_failure(
+            &errors::ES_DB_UNAVAILABLE,
+            "the PostgreSQL connection failed",
+        );
     }
     tracing::error!(error = %e, "query failed");
-    ApiError::internal("a database query failed")
+    ApiError::from_failure(&errors::ES_QUERY_FAILED, "a database query failed")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: fn(u64) -> Duration = Duration::from_millis;
+
+    #[test]
+    fn cost_estimate_recovers_after_refusing_everything() {
+        // Slow traffic drives the estimate far above the fixed client's 700 ms attempts...
+        let cost = CostEstimate::default();
+        let t0 = Instant::now();
+        for i in 0..50 {
+            cost.observe_at(MS(3_000), t0 + MS(i));
+        }
+        let stuck = cost.get_at(t0 + MS(50));
+        assert!(stuck > MS(2_900), "{stuck:?}");
+        // ...every budgeted request is now refused, so nothing is observed. The estimate must
+        // still come down below a 700 ms budget on its own, within a few half-lives.
+        let t1 = t0 + MS(50) + CostEstimate::GRACE + CostEstimate::HALF_LIFE * 3;
+        let later = cost.get_at(t1);
+        assert!(
+            later < MS(700),
+            "{later:?}: refusals must not lock themselves in"
+        );
+        assert!(
+            cost.get_at(t0 + MS(50) + CostEstimate::GRACE) > MS(2_900),
+            "no decay within the grace"
+        );
+        // Then one admitted fast request pulls it further down, one slow one back up.
+        cost.observe_at(MS(2), t1);
+        let after_fast = cost.get_at(t1);
+        assert!(after_fast < later);
+        cost.observe_at(MS(5_000), t1 + MS(1));
+        assert!(cost.get_at(t1 + MS(1)) > after_fast);
+    }
+
+    #[test]
+    fn cost_estimate_follows_steady_traffic_without_decaying_noticeably() {
+        let cost = CostEstimate::default();
+        let t0 = Instant::now();
+        assert_eq!(
+            cost.get_at(t0),
+            Duration::ZERO,
+            "no samples: admit everything"
+        );
+        // 100 requests/s of 40 ms each: the estimate converges on 40 ms, not below it.
+        for i in 0..500 {
+            cost.observe_at(MS(40), t0 + MS(10 * i));
+        }
+        let est = cost.get_at(t0 + MS(4_990)).as_secs_f64() * 1e3;
+        assert!((39.9..=40.1).contains(&est), "{est} ms");
+    }
 }

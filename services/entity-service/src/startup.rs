@@ -21,6 +21,16 @@ pub struct Application {
     server: Server,
 }
 
+/// `entity-service/<pid>.<n>`: unique per replica, also when tests run several in one process.
+fn application_name() -> String {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    format!(
+        "entity-service/{}.{}",
+        std::process::id(),
+        N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    )
+}
+
 impl Application {
     /// Connects lazily: the pool opens connections on first use, so the service starts (and
     /// answers /livez, /readyz) while PostgreSQL is still coming up; requests fail with 503 until
@@ -30,9 +40,12 @@ impl Application {
             0 => None,
             ms => Some(Duration::from_millis(ms)),
         };
+        // Each replica's connections carry a name of their own, so `pg_stat_activity` can be read
+        // per replica (`entity_db_backends`) and an operator sees whose query is running.
+        let application_name = application_name();
         let pool = lab_db::hot_path_pool(
             &settings.database.url,
-            "entity-service",
+            &application_name,
             settings.database.pool_size,
             wait,
         )?;
@@ -40,7 +53,7 @@ impl Application {
         let svc = ServiceMetrics::new(&metrics, pool.clone());
         // The hot statement's plan and the staleness of entities, refreshed every few seconds on
         // a connection outside the pool (../shared/design/stale-stats-trigger.md).
-        crate::dbstats::spawn(&metrics, settings.database.url.clone());
+        crate::dbstats::spawn(&metrics, settings.database.url.clone(), application_name);
         let flags = settings.flags.watch(&metrics).await?;
         let state = AppState {
             cost: Default::default(),

@@ -56,7 +56,7 @@ impl ServiceMetrics {
             .expect("valid metric"),
         );
         Self {
-            http: HttpMetrics::new(metrics, "entity_service", "to /v1/resolve", CALLEE_BUCKETS)
+            http: HttpMetrics::new(metrics, lab_contract::Hop::EntityService, "entity_service", "to /v1/resolve", CALLEE_BUCKETS)
                 .with_span_name("entity-service.Resolve"),
             query_duration: metrics.histogram_vec(
                 "entity_db_query_duration_seconds",

@@ -154,7 +154,7 @@ async fn running_lookups(db_url: &str) -> i64 {
     sqlx::query_scalar(
         "SELECT count(*) FROM pg_stat_activity
          WHERE datname = current_database() AND state = 'active' AND query LIKE '%FROM entities%'
-           AND application_name = 'entity-service'",
+           AND application_name LIKE 'entity-service/%'",
     )
     .fetch_one(&mut c)
     .await
@@ -192,8 +192,12 @@ async fn a_budgeted_request_stops_its_query_in_postgres_and_an_unbudgeted_one_do
         .await
         .unwrap();
     assert_eq!(resp.status(), 504);
+    assert_eq!(
+        resp.headers()["x-lab-error-origin"],
+        "entity-service/query_cancelled"
+    );
     let body: serde_json::Value = resp.json().await.unwrap();
-    assert_eq!(body["error"]["code"], "deadline_exceeded");
+    assert_eq!(body["error"]["code"], "query_cancelled");
     assert_eq!(
         running_lookups(&db.url).await,
         0,
@@ -221,7 +225,37 @@ async fn a_budgeted_request_stops_its_query_in_postgres_and_an_unbudgeted_one_do
         orphaned, 1,
         "the abandoned lookup is still running in PostgreSQL"
     );
+    // The pool has taken its connection back — its gauge says nothing is in use — while
+    // PostgreSQL's own view, exported per replica, still shows the backend working.
+    let (mut active, mut in_use) = (0.0, -1.0);
+    for _ in 0..60 {
+        let text = reqwest::get(format!("{base}/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        active = lab_e2e_free_metric(&text, "entity_db_backends", "state=\"active\"");
+        in_use = lab_e2e_free_metric(&text, "entity_db_pool_connections", "state=\"in_use\"");
+        if active >= 1.0 && in_use == 0.0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(in_use, 0.0, "the pool believes the connection is free");
+    assert!(
+        active >= 1.0,
+        "pg_stat_activity still sees the abandoned query: entity_db_backends{{active}} = {active}"
+    );
     locker.execute("ROLLBACK").await.unwrap();
+}
+
+/// One sample's value from a Prometheus text exposition (label filter: a substring).
+fn lab_e2e_free_metric(text: &str, name: &str, labels: &str) -> f64 {
+    lab_core::exposition::samples(text)
+        .filter(|s| s.name == name && s.labels.contains(labels))
+        .map(|s| s.value)
+        .sum()
 }
 
 #[tokio::test]
@@ -241,13 +275,14 @@ async fn an_already_spent_budget_is_refused_before_any_work() {
         .send()
         .await
         .unwrap();
-    assert_eq!(
-        resp.status(),
-        408,
-        "a status the fixed client does not retry"
-    );
+    assert_eq!(resp.status(), 504);
+    // The row says what the caller must do: not retry (a spent budget), whatever the status.
+    let row =
+        lab_contract::errors::parse_origin(resp.headers()["x-lab-error-origin"].to_str().unwrap())
+            .expect("a row of the error table");
+    assert!(!row.retryable, "a row the fixed client does not retry");
     let body: serde_json::Value = resp.json().await.unwrap();
-    assert_eq!(body["error"]["code"], "budget_exhausted");
+    assert_eq!(body["error"]["code"], "budget_refused");
     let metrics = reqwest::get(format!("{base}/metrics"))
         .await
         .unwrap()
@@ -325,9 +360,9 @@ async fn a_budget_below_the_recent_cost_of_the_work_is_refused_before_any_query(
         .send()
         .await
         .unwrap();
-    assert_eq!(resp.status(), 408);
+    assert_eq!(resp.status(), 504);
     let body: serde_json::Value = resp.json().await.unwrap();
-    assert_eq!(body["error"]["code"], "budget_exhausted");
+    assert_eq!(body["error"]["code"], "budget_refused");
     let after = queries(
         &client
             .get(format!("{base}/metrics"))

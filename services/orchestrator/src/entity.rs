@@ -60,14 +60,21 @@ impl EntityClients {
         // LAB-BUG(timeout-inversion): built with the package defaults for everything but the
         // lab-scale slot count; the 10 s DEFAULT_TIMEOUT comes along silently, exactly as
         // `httpx.New()` with zero options did.
+        // The entity-client families, registered once and handed to both clients: their samples
+        // add up on the same series whichever client a request used.
+        let client_metrics = entity_client::metrics::ClientMetrics::register(metrics)?;
         let legacy = entity_client_legacy::Client::with_options(
             urls.clone(),
             entity_client_legacy::client::Options {
                 max_conns_per_host: Some(settings.legacy.max_conns_per_host),
                 ..Default::default()
             },
+            client_metrics.clone(),
+        )?
+        // The deep readiness probe's calls: `entity_probe_*`, never a user's attempt.
+        .with_probe_metrics(entity_client::metrics::ClientMetrics::register_probe(
             metrics,
-        )?;
+        )?);
         // LAB-FIX(timeout-inversion): the budget is a required argument, taken from the
         // validated hop table.
         let resilient = entity_client::Client::new(
@@ -78,7 +85,7 @@ impl EntityClients {
                 breaker: Default::default(),
                 max_concurrency: settings.resilient.max_concurrency,
             },
-            metrics,
+            client_metrics,
         )?;
         Ok(Self {
             legacy,
@@ -113,26 +120,20 @@ impl EntityClients {
     }
 
     /// LAB-BUG(deep-readiness): the legacy readiness check — a resolve through the same client
-    /// and the same connection slots as production traffic.
+    /// and the same connection slots as production traffic (with the same retry kill switch).
     pub async fn deep_ready(&self) -> Result<(), String> {
-        self.legacy.ready().await.map_err(|e| e.to_string())
+        let retries = self.flags.snapshot().enabled("retries.entity.enabled");
+        self.legacy.ready(retries).await.map_err(|e| e.to_string())
     }
 }
 
+/// Both clients answer through the error table: the row of what decided the failure (this hop's
+/// client, or entity-service's own row passed through), with the client's text as the message.
 fn legacy_error(e: entity_client_legacy::Error) -> ApiError {
-    tracing::error!(error = %e, "entity-service call failed");
-    ApiError::unavailable("entity_unavailable", e.to_string())
+    tracing::error!(error = %e, origin = %e.failure().origin(), "entity-service call failed");
+    ApiError::from_failure(e.failure(), e.to_string())
 }
 
 fn resilient_error(e: entity_client::Error) -> ApiError {
-    use entity_client::Error as E;
-    match &e {
-        E::DeadlineExceeded { .. } | E::NoBudget { .. } => {
-            ApiError::deadline_exceeded(e.to_string())
-        }
-        E::Decode { .. } => {
-            ApiError::new(axum::http::StatusCode::BAD_GATEWAY, e.code(), e.to_string())
-        }
-        _ => ApiError::unavailable(e.code(), e.to_string()),
-    }
+    ApiError::from_failure(e.failure(), e.to_string())
 }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 use axum::Json;
 use lab_api::events::{DocIngested, Mention};
 use lab_api::headers;
@@ -91,9 +91,8 @@ pub async fn extract(
     for result in futures::future::join_all(calls).await {
         let (chunk, resp) = result?;
         if resp.results.len() != chunk.len() {
-            return Err(ApiError::new(
-                StatusCode::BAD_GATEWAY,
-                "bad_upstream_response",
+            return Err(ApiError::from_failure(
+                &lab_contract::errors::OR_ENTITY_BAD_RESPONSE,
                 "entity-service answered a different number of results than spans sent",
             ));
         }

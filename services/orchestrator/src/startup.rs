@@ -42,6 +42,7 @@ impl Application {
         let events = EventProducer::new(&settings.kafka, metrics.registry())?.map(Arc::new);
         let http = HttpMetrics::new(
             &metrics,
+            lab_contract::Hop::Orchestrator,
             "orchestrator",
             "to /internal/extract",
             CALLEE_BUCKETS,

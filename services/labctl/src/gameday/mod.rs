@@ -82,6 +82,8 @@ struct Report<'a> {
     targets: &'a [Target],
     phases: Vec<PhaseReport>,
     expectations: Vec<ExpectationResult>,
+    /// The run's own bookkeeping: sent = answered by status, 5xx = sum of origins.
+    consistency: Vec<report::Check>,
     load: &'a load::LoadReport,
     restarts_during_run: u32,
 }
@@ -91,6 +93,8 @@ struct PhaseReport {
     name: String,
     seconds: u64,
     summary: report::PhaseSummary,
+    /// The gateway's 5xx in this phase by the error-table row that decided them.
+    errors_5xx_by_origin: std::collections::BTreeMap<String, f64>,
 }
 
 #[derive(Serialize, Clone)]
@@ -239,6 +243,9 @@ pub async fn run(
         docs: Docs::Stream,
     };
     let source = DocSource::open(Docs::Stream, data_dir, load_args.tenants)?;
+    // The baseline: every counter as it stood before the first request of this run, so the
+    // run's totals (and its consistency checks) start from zero exactly.
+    let baseline = scrape::scrape_all(&http, &targets).await;
     let started = Instant::now();
     let load_task = {
         let (a, c) = (load_args.clone(), control.clone());
@@ -246,7 +253,11 @@ pub async fn run(
     };
 
     // Phase timeline and the 1 s scrape loop.
-    let mut ticks: Vec<Tick> = Vec::new();
+    let mut ticks: Vec<Tick> = vec![Tick {
+        t: 0.0,
+        phase: 0,
+        scrapes: baseline,
+    }];
     let mut phase_starts = Vec::new();
     let mut acc = 0u64;
     for p in &sc.phases {
@@ -335,6 +346,7 @@ pub async fn run(
             name: p.name.clone(),
             seconds: p.seconds,
             summary,
+            errors_5xx_by_origin: report::origins(&series, i),
         });
     }
     if let Some(first) = phases
@@ -398,7 +410,17 @@ pub async fn run(
     let phase_names: Vec<(String, u64)> =
         phases.iter().map(|p| (p.name.clone(), p.seconds)).collect();
     let summaries: Vec<report::PhaseSummary> = phases.iter().map(|p| p.summary.clone()).collect();
+    let consistency = report::consistency(&series, &load_report);
     let mut md = report::markdown(&title, &phase_names, &summaries);
+    let per_phase_origins: Vec<_> = phases
+        .iter()
+        .map(|p| p.errors_5xx_by_origin.clone())
+        .collect();
+    md.push_str(&report::origins_markdown(
+        &phase_names,
+        &per_phase_origins,
+        &consistency,
+    ));
     md.push_str(&format!(
         "\nLoad: {} sent, by status {:?}. Replica restarts during the run: {}.\n",
         load_report.sent,
@@ -428,6 +450,7 @@ pub async fn run(
         targets: &targets,
         phases,
         expectations: expectations.clone(),
+        consistency: consistency.clone(),
         load: &load_report,
         restarts_during_run: restarts_after.saturating_sub(restarts_before),
     };
@@ -438,6 +461,20 @@ pub async fn run(
     std::fs::write(out.join("summary.md"), &md)?;
     write_series(&out.join("series.jsonl"), &targets, &ticks)?;
     println!("report written to {}", out.display());
+    let broken: Vec<&str> = consistency
+        .iter()
+        .filter(|c| !c.ok)
+        .map(|c| c.name.as_str())
+        .collect();
+    if !broken.is_empty() {
+        bail!(
+            "this run's counts do not add up ({}): its numbers cannot be trusted — was other \
+             traffic sent to the gateway during the run, or did a replica restart between \
+             scrapes? The report was written anyway ({})",
+            broken.join("; "),
+            out.display()
+        );
+    }
     if args.strict && expectations.iter().any(|e| !e.ok) {
         bail!("expectations not met (see above)");
     }

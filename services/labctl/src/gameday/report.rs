@@ -84,7 +84,12 @@ pub const ROWS: &[(&str, &str, &str)] = &[
     ),
     (
         "db_connections_max",
-        "PostgreSQL connections in use (max, all entity-services)",
+        "PostgreSQL connections in use (max, all entity-services; the pools' view)",
+        "",
+    ),
+    (
+        "db_backends_active_max",
+        "PostgreSQL backends active (max, all entity-services; pg_stat_activity's view)",
         "",
     ),
     (
@@ -245,25 +250,16 @@ pub fn summarize(
         put("amplification", Some(inbound / gateway));
         put("error_5xx_pct", Some(100.0 * gateway_5xx / gateway));
     }
-    // Gateway hop: attempts that reached (or tried to reach) an orchestrator; failover after a
-    // refused connection is not an attempt, "retry" marks each attempt after the first.
+    // Gateway hop: every attempt sent to an orchestrator is counted once when it ends (cut by
+    // the budget included); retries when they are sent; failovers after a refused connection
+    // are neither.
     let gw_attempts = s.increase(
         phase,
         "edge-gateway",
         "gateway_upstream_attempts_total",
-        |l| {
-            matches!(
-                super::scrape::label(l, "outcome"),
-                Some("ok" | "error_5xx" | "error_4xx" | "attempt_timeout" | "transport_error")
-            )
-        },
+        all,
     );
-    let gw_retries = s.increase(
-        phase,
-        "edge-gateway",
-        "gateway_upstream_attempts_total",
-        |l| super::scrape::label(l, "outcome") == Some("retry"),
-    );
+    let gw_retries = s.increase(phase, "edge-gateway", "gateway_upstream_retries_total", all);
     if gw_attempts > gw_retries && gw_attempts > 0.0 {
         put(
             "gateway_attempts_per_first",
@@ -361,6 +357,17 @@ pub fn summarize(
         ),
     );
     put(
+        "db_backends_active_max",
+        s.gauge(
+            phase,
+            "entity-service",
+            "entity_db_backends",
+            |l| super::scrape::label(l, "state") == Some("active"),
+            false,
+            max,
+        ),
+    );
+    put(
         "orphaned_spans",
         Some(s.increase(phase, "orchestrator", "otel_span_orphaned_total", all)),
     );
@@ -451,6 +458,137 @@ pub fn markdown(title: &str, phases: &[(String, u64)], summaries: &[PhaseSummary
             md.push_str(&format!(" {} |", fmt(s.get(*key), unit)));
         }
         md.push('\n');
+    }
+    md
+}
+
+/// The 5xx the gateway answered in `phase`, by the error-table row that decided them
+/// (`hop/origin` → count), from `lab_errors_total` at the gateway: where the errors came from.
+pub fn origins(s: &Series, phase: usize) -> BTreeMap<String, f64> {
+    s.increase_by(phase, "edge-gateway", "lab_errors_total", origin_of_5xx)
+}
+
+/// The same over the whole run (baseline scrape to the last one after the settle time).
+pub fn origins_run(s: &Series) -> BTreeMap<String, f64> {
+    s.increase_by_run("edge-gateway", "lab_errors_total", origin_of_5xx)
+}
+
+fn origin_of_5xx(labels: &str) -> Option<String> {
+    let status = super::scrape::label(labels, "status")?;
+    if !status.starts_with('5') {
+        return None;
+    }
+    Some(format!(
+        "{}/{}",
+        super::scrape::label(labels, "hop")?,
+        super::scrape::label(labels, "origin")?
+    ))
+}
+
+/// One check of the run's own bookkeeping: two independent counts that must agree exactly.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Check {
+    pub name: String,
+    pub expected: f64,
+    pub got: f64,
+    pub ok: bool,
+}
+
+/// The run checks itself: what the load generator sent was answered (by status) and seen by
+/// the gateway, and every 5xx it received is named by exactly one origin at the gateway. A report
+/// whose counts do not add up says so, loudly, rather than publishing numbers nobody can trust.
+pub fn consistency(s: &Series, load: &crate::load::LoadReport) -> Vec<Check> {
+    let answered: u64 = load
+        .by_status
+        .iter()
+        .filter(|(k, _)| k.parse::<u16>().is_ok())
+        .map(|(_, v)| v)
+        .sum();
+    let by_status: u64 = load.by_status.values().sum();
+    let load_5xx: u64 = load
+        .by_status
+        .iter()
+        .filter(|(k, _)| k.starts_with('5') && k.parse::<u16>().is_ok())
+        .map(|(_, v)| v)
+        .sum();
+    let gateway_requests = s.increase_run("edge-gateway", "gateway_requests_total", |_| true);
+    let gateway_5xx = s.increase_run("edge-gateway", "gateway_requests_total", |l| {
+        super::scrape::label(l, "status").is_some_and(|st| st.starts_with('5'))
+    });
+    let origins: f64 = origins_run(s).values().sum();
+    let check = |name: &str, expected: f64, got: f64| Check {
+        name: name.to_string(),
+        expected,
+        got,
+        ok: (expected - got).abs() < 0.5,
+    };
+    vec![
+        check(
+            "load: sent = answered by status (incl. client timeouts)",
+            load.sent as f64,
+            by_status as f64,
+        ),
+        check(
+            "load: every request got an HTTP answer (no client timeout or error)",
+            load.sent as f64,
+            answered as f64,
+        ),
+        check(
+            "gateway requests = load's answers",
+            answered as f64,
+            gateway_requests,
+        ),
+        check("gateway 5xx = load's 5xx", load_5xx as f64, gateway_5xx),
+        check(
+            "load's 5xx = sum of origins at the gateway",
+            load_5xx as f64,
+            origins,
+        ),
+    ]
+}
+
+/// Markdown: the 5xx by origin, one column per phase, and the run's consistency checks.
+pub fn origins_markdown(
+    phases: &[(String, u64)],
+    per_phase: &[BTreeMap<String, f64>],
+    checks: &[Check],
+) -> String {
+    let mut keys: Vec<&String> = per_phase.iter().flat_map(|m| m.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    let mut md = String::from("\n#### Where the 5xx came from (gateway, by error-table row)\n\n");
+    if keys.is_empty() {
+        md.push_str("No 5xx in any phase.\n");
+    } else {
+        md.push_str("| hop/origin |");
+        for (name, _) in phases {
+            md.push_str(&format!(" {name} |"));
+        }
+        md.push_str("\n|---|");
+        for _ in phases {
+            md.push_str("---:|");
+        }
+        md.push('\n');
+        for k in keys {
+            md.push_str(&format!("| {k} |"));
+            for m in per_phase {
+                md.push_str(&format!(
+                    " {} |",
+                    m.get(k).map_or("—".into(), |v| format!("{v:.0}"))
+                ));
+            }
+            md.push('\n');
+        }
+    }
+    md.push_str("\nConsistency of this run's counts (whole run, baseline to settle):\n\n");
+    for c in checks {
+        md.push_str(&format!(
+            "- {} {}: expected {:.0}, got {:.0}\n",
+            if c.ok { "OK  " } else { "FAIL" },
+            c.name,
+            c.expected,
+            c.got
+        ));
     }
     md
 }

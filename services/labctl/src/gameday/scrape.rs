@@ -97,31 +97,77 @@ impl Series<'_> {
         name: &str,
         key: impl Fn(&str) -> Option<K>,
     ) -> BTreeMap<K, f64> {
+        match self.window(phase) {
+            Some((from, to)) => self.increase_between(from, to, service, name, key),
+            None => BTreeMap::new(),
+        }
+    }
+
+    /// Increase over the whole run: from the first tick (the baseline scrape taken before the
+    /// load started) to the last (after the settle time).
+    pub fn increase_run(&self, service: &str, name: &str, keep: impl Fn(&str) -> bool) -> f64 {
+        if self.ticks.is_empty() {
+            return 0.0;
+        }
+        self.increase_between(0, self.ticks.len() - 1, service, name, |l| {
+            keep(l).then_some(())
+        })
+        .values()
+        .sum::<f64>()
+            + 0.0
+    }
+
+    /// [`Series::increase_run`], grouped by a key derived from the labels.
+    pub fn increase_by_run<K: Ord>(
+        &self,
+        service: &str,
+        name: &str,
+        key: impl Fn(&str) -> Option<K>,
+    ) -> BTreeMap<K, f64> {
+        if self.ticks.is_empty() {
+            return BTreeMap::new();
+        }
+        self.increase_between(0, self.ticks.len() - 1, service, name, key)
+    }
+
+    /// Increments of `name` between ticks `from` (the baseline) and `to`, by key. A series
+    /// missing from the replica's previous successful scrape was born since (Prometheus clients
+    /// create labelled series on first use, at 0): its whole value is the increment — otherwise
+    /// the first error of every origin would go uncounted.
+    fn increase_between<K: Ord>(
+        &self,
+        from: usize,
+        to: usize,
+        service: &str,
+        name: &str,
+        key: impl Fn(&str) -> Option<K>,
+    ) -> BTreeMap<K, f64> {
         let mut out = BTreeMap::new();
-        let Some((from, to)) = self.window(phase) else {
-            return out;
-        };
         for (ti, target) in self.targets.iter().enumerate() {
             if target.service != service {
                 continue;
             }
-            let mut prev: HashMap<&str, f64> = HashMap::new();
+            let mut prev: Option<&HashMap<String, f64>> = None;
             for tick in &self.ticks[from..=to] {
                 let Some(Some(scrape)) = tick.scrapes.get(ti) else {
                     continue;
                 };
-                for (series, v) in scrape {
-                    let (n, labels) = split(series);
-                    if n != name {
-                        continue;
-                    }
-                    let Some(k) = key(labels) else { continue };
-                    if let Some(p) = prev.get(series.as_str()) {
-                        let inc = if *v >= *p { v - p } else { *v };
+                if let Some(p) = prev {
+                    for (series, v) in scrape {
+                        let (n, labels) = split(series);
+                        if n != name {
+                            continue;
+                        }
+                        let Some(k) = key(labels) else { continue };
+                        let inc = match p.get(series) {
+                            // A counter that went down is a restarted process: its value is new.
+                            Some(before) if *v >= *before => v - before,
+                            _ => *v,
+                        };
                         *out.entry(k).or_insert(0.0) += inc;
                     }
-                    prev.insert(series.as_str(), *v);
                 }
+                prev = Some(scrape);
             }
         }
         out
@@ -230,6 +276,52 @@ pub fn histogram_quantile(q: f64, buckets: &BTreeMap<u64, f64>) -> Option<f64> {
 mod tests {
     use super::*;
 
+    fn tick_of(t: f64, phase: usize, series: &[(&str, f64)]) -> Tick {
+        Tick {
+            t,
+            phase,
+            scrapes: vec![Some(
+                series.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+            )],
+        }
+    }
+
+    #[test]
+    fn increase_counts_a_series_born_mid_run_and_a_restarted_counter() {
+        let targets = vec![Target {
+            service: "edge-gateway".into(),
+            replica: "edge-gateway-1".into(),
+            url: "http://127.0.0.1:1".into(),
+        }];
+        let e = "lab_errors_total{hop=\"orchestrator\",origin=\"breaker_open\",status=\"503\"}";
+        let ticks = vec![
+            tick_of(0.0, 0, &[("up", 1.0)]),
+            // Born at 2: both errors count (the old reader lost the first value of every series).
+            tick_of(1.0, 0, &[("up", 1.0), (e, 2.0)]),
+            tick_of(2.0, 1, &[("up", 1.0), (e, 5.0)]),
+            // The process restarted: 1 is new.
+            tick_of(3.0, 1, &[("up", 1.0), (e, 1.0)]),
+        ];
+        let s = Series {
+            targets: &targets,
+            ticks: &ticks,
+        };
+        assert_eq!(
+            s.increase(0, "edge-gateway", "lab_errors_total", |_| true),
+            2.0
+        );
+        assert_eq!(
+            s.increase(1, "edge-gateway", "lab_errors_total", |_| true),
+            4.0
+        );
+        assert_eq!(
+            s.increase_run("edge-gateway", "lab_errors_total", |_| true),
+            6.0
+        );
+        // The baseline's own values are never counted.
+        assert_eq!(s.increase_run("edge-gateway", "up", |_| true), 0.0);
+    }
+
     fn target(service: &str) -> Target {
         Target {
             service: service.into(),
@@ -265,8 +357,8 @@ mod tests {
             targets: &targets,
             ticks: &ticks,
         };
-        // 5 (10 -> 15) + 4 (restart) + 2 (4 -> 6); the 503 series first appears at the last tick.
-        assert_eq!(s.increase(1, "gw", "req_total", |_| true), 11.0);
+        // 5 (10 -> 15) + 4 (restart) + 2 (4 -> 6) + 1: the 503 series born at the last tick.
+        assert_eq!(s.increase(1, "gw", "req_total", |_| true), 12.0);
     }
 
     #[test]

@@ -62,7 +62,7 @@ pub enum BudgetError {
         "timeout inversion: {child} total budget {}ms + guard band {}ms = {}ms is not below \
          {parent} per-attempt budget {}ms. A child that can outlive its parent produces abandoned \
          work under load: lower {child}.total or raise {parent}.per_attempt — and redo the \
-         arithmetic for the whole chain (entity-client/src/budget.rs, hop_table)",
+         arithmetic for the whole chain (crates/lab-contract/src/budget.rs, hop_table)",
         .child_total.as_millis(),
         .child_guard_band.as_millis(),
         (*.child_total + *.child_guard_band).as_millis(),
