@@ -18,9 +18,10 @@ pub const OBSERVE_USER_DEADLINE: &str = "x-lab-observe-user-deadline-unix-ms";
 /// reachable from outside; NetworkPolicies enforce that in Kubernetes).
 pub const TENANT_ID: &str = "x-lab-tenant-id";
 
-/// Marks a request made by a health probe rather than for a user (the legacy orchestrator's deep
-/// readiness check resolves through entity-service): the callee counts it apart
-/// (`<service>_probe_requests_total`) so the user-facing series — inbound rate, amplification,
-/// errors — count users only. Value: [`TRAFFIC_PROBE`].
+/// Marks a request made for no user: a health probe (the legacy orchestrator's deep readiness
+/// check resolves through entity-service, [`TRAFFIC_PROBE`]) or an orchestrator's boot warm-up
+/// ([`TRAFFIC_WARMUP`]). The callee counts it apart (`<service>_internal_requests_total{traffic}`)
+/// so the user-facing series — inbound rate, amplification, errors — count users only.
 pub const TRAFFIC: &str = "x-lab-traffic";
 pub const TRAFFIC_PROBE: &str = "probe";
+pub const TRAFFIC_WARMUP: &str = "warmup";

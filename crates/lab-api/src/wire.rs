@@ -100,6 +100,21 @@ pub enum MatchMethod {
     Candidate,
 }
 
+/// `GET /v1/popular?limit=N`: entity-service → orchestrator, the most popular entities of all
+/// tenants, for the orchestrator's cache warm-up on boot.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PopularResponse {
+    pub entities: Vec<PopularEntity>,
+}
+
+/// One entity as an exact match of its own normalized name (what a span naming it resolves to).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PopularEntity {
+    pub tenant: i64,
+    pub normalized: String,
+    pub entity: EntityRef,
+}
+
 /// Every error any lab service returns: `{"error": {"code": "...", "message": "..."}}`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ErrorBody {

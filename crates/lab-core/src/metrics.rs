@@ -159,9 +159,9 @@ struct HttpMetricsInner {
     /// `lab_errors_total{hop, origin, status}`: every error response, by the error-table row that
     /// decided it (which may belong to a hop below).
     errors: IntCounterVec,
-    /// `<prefix>_probe_requests_total{status}`: requests marked as probe traffic, kept out of
-    /// every series above.
-    probes: IntCounterVec,
+    /// `<prefix>_internal_requests_total{traffic, status}`: requests made for no user (marked
+    /// `x-lab-traffic`: probes, warm-ups), kept out of every series above.
+    internal: IntCounterVec,
 }
 
 impl HttpMetrics {
@@ -178,13 +178,13 @@ impl HttpMetrics {
                      hop and origin name the row (possibly a hop below), status what was answered",
                     &["hop", "origin", "status"],
                 ),
-                probes: metrics.counter_vec(
-                    &format!("{prefix}_probe_requests_total"),
+                internal: metrics.counter_vec(
+                    &format!("{prefix}_internal_requests_total"),
                     &format!(
-                        "Health-probe requests {what} (x-lab-traffic: probe), by HTTP status; \
-                         not in {prefix}_requests_total"
+                        "Requests {what} made for no user (x-lab-traffic: probe, warmup), by \
+                         traffic and HTTP status; not in {prefix}_requests_total"
                     ),
-                    &["status"],
+                    &["traffic", "status"],
                 ),
                 requests: metrics.counter_vec(
                     &format!("{prefix}_requests_total"),
@@ -279,16 +279,21 @@ pub async fn track(State(m): State<HttpMetrics>, req: Request, next: Next) -> Re
             }
         }
     }
-    let probe = req
+    let internal = match req
         .headers()
         .get(lab_api::headers::TRAFFIC)
-        .is_some_and(|v| v == lab_api::headers::TRAFFIC_PROBE);
-    if probe {
-        // Probe traffic: counted apart, never in the user-facing series or spans.
+        .and_then(|v| v.to_str().ok())
+    {
+        Some(lab_api::headers::TRAFFIC_PROBE) => Some(lab_api::headers::TRAFFIC_PROBE),
+        Some(lab_api::headers::TRAFFIC_WARMUP) => Some(lab_api::headers::TRAFFIC_WARMUP),
+        _ => None,
+    };
+    if let Some(traffic) = internal {
+        // No user's request: counted apart, never in the user-facing series or spans.
         let resp = next.run(req).await;
         m.inner
-            .probes
-            .with_label_values(&[resp.status().as_str()])
+            .internal
+            .with_label_values(&[traffic, resp.status().as_str()])
             .inc();
         return resp;
     }

@@ -189,6 +189,16 @@ ORDER BY normalized_name, popularity DESC";
     /// Bitmap Heap Scan and a top-N sort (../shared/design/stale-stats-trigger.md). Columns are
     /// named: a cached `SELECT *` fails with "cached plan must not change result type" after
     /// `ADD COLUMN` instead of slowing down.
+    /// The orchestrators' boot warm-up: the most popular entities of all tenants (postmortem: "a
+    /// warm-up path that pre-populates the top 5,000 entities on boot"). No index orders by
+    /// popularity alone, so this is one sequential scan with a top-N sort — the same plan with or
+    /// without `locale`'s statistics, once per orchestrator start.
+    pub const POPULAR: &str = "\
+SELECT tenant_id, normalized_name, id, canonical_name, kind
+FROM entities
+ORDER BY popularity DESC, id
+LIMIT $1";
+
     pub const CANDIDATE_LOOKUP: &str = "\
 SELECT id, canonical_name, normalized_name, kind, popularity
 FROM entities

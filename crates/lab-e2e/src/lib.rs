@@ -29,6 +29,9 @@ pub struct LabOptions {
     pub ratelimit_redis_url: Option<String>,
     /// The orchestrators publish `doc.ingested` events here (`None`: publishing off).
     pub kafka: Option<KafkaTarget>,
+    /// Entries the orchestrators' boot warm-up may take (0, the default: off — the tests were
+    /// written against cold caches; the warm-up's own test turns it on).
+    pub cache_warmup_entries: i64,
 }
 
 /// Where the orchestrators publish: brokers, a (per-test) topic, and how many events may wait.
@@ -77,6 +80,7 @@ impl Default for LabOptions {
             extra_gateways: 0,
             ratelimit_redis_url: None,
             kafka: None,
+            cache_warmup_entries: 0,
         }
     }
 }
@@ -226,6 +230,7 @@ impl Lab {
             if let Some(c) = opts.cache_capacity {
                 s.cache.capacity = c;
             }
+            s.cache.warmup_entries = opts.cache_warmup_entries;
             if let Some(k) = &opts.kafka {
                 s.kafka.brokers = k.brokers.clone();
                 s.kafka.topic = k.topic.clone();

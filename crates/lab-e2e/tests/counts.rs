@@ -346,7 +346,15 @@ async fn deep_readiness_probes_are_never_counted_as_user_traffic() {
         0.0,
         "entity-service's inbound rate counts users only"
     );
-    assert!(Lab::metric(es, "entity_service_probe_requests_total", "").await > 0.0);
+    assert!(
+        Lab::metric(
+            es,
+            "entity_service_internal_requests_total",
+            "traffic=\"probe\""
+        )
+        .await
+            > 0.0
+    );
 }
 
 #[tokio::test]

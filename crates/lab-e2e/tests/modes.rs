@@ -177,3 +177,38 @@ async fn legacy_deep_readiness_evicts_every_replica_when_the_dependency_fails() 
     let body: serde_json::Value = resp.json().await.unwrap();
     assert_eq!(body["error"]["code"], "no_ready_upstream");
 }
+
+#[tokio::test]
+async fn the_hotfix_canary_serves_its_share_with_the_fixed_stack_end_to_end() {
+    // entity-service dead. Legacy: 9 calls per user request. With the canary at 100% (the full
+    // rollout) every request is fixed at BOTH hops — one gateway attempt, at most 3 calls — even
+    // though client.mode is still legacy.
+    let stub = Stub::start(Reply::status(503)).await;
+    let (lab, key) = Lab::against(&stub.url, 1).await;
+    lab.set_flag("client.mode", "legacy").await;
+    lab.set_flag("hotfix.canary_percent", "100").await;
+    let resp = lab
+        .extract(&key, json!({"doc_id": "c1", "text": DOC}))
+        .await;
+    assert_eq!(
+        resp.status(),
+        503,
+        "the fixed client's answer, not a gateway timeout"
+    );
+    let n = settle(&stub, 1).await;
+    assert!((1..=3).contains(&n), "canary request: {n} calls");
+    assert_eq!(
+        Lab::metric(&lab.gateway.url, "gateway_upstream_retries_total", "").await,
+        0.0,
+        "the gateway's policy for the canary request is the fixed one"
+    );
+    lab.set_flag("hotfix.canary_percent", "0").await;
+    let before = stub.requests();
+    lab.extract(&key, json!({"doc_id": "c2", "text": DOC}))
+        .await;
+    assert_eq!(
+        settle(&stub, before + 9).await - before,
+        9,
+        "legacy again: 3 x 3"
+    );
+}

@@ -328,3 +328,122 @@ async fn gateway_keeps_serving_from_the_surviving_orchestrator() {
             >= 20.0
     );
 }
+
+#[tokio::test]
+async fn a_verified_key_keeps_working_while_the_key_store_is_unreachable() {
+    use sqlx::{Connection, Executor};
+    // entity-service is a stub: only the gateway's key lookups touch this database.
+    // One span per document, one (unresolved) result per call.
+    const ONE: &str = "The payee Vega Labs confirmed.";
+    let stub = entity_client::test_support::Stub::start(
+        entity_client::test_support::Reply::ok().with_body(r#"{"results":[null]}"#),
+    )
+    .await;
+    let db = TestDb::new().await;
+    let key = fixtures::tenant_with_key(&db.url, 1).await;
+    let lab = Lab::start(
+        db,
+        LabOptions {
+            entity_urls_override: Some(stub.url.clone()),
+            auth_cache_ttl_ms: 100,
+            ..LabOptions::default()
+        },
+    )
+    .await;
+    lab.set_flag("readiness.depth", "shallow").await;
+    let ok = lab
+        .extract(&key.api_key, json!({"doc_id": "a", "text": ONE}))
+        .await;
+    assert_eq!(ok.status(), 200);
+    // The key store becomes unreachable: no new connection, and the gateway's are cut.
+    let name = lab_db::database_name(&lab.db.url).unwrap();
+    let mut admin = sqlx::PgConnection::connect(&testkit::with_database(&lab.db.url, "postgres"))
+        .await
+        .unwrap();
+    admin
+        .execute(format!("ALTER DATABASE \"{name}\" WITH ALLOW_CONNECTIONS false").as_str())
+        .await
+        .unwrap();
+    admin
+        .execute(
+            format!(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'"
+            )
+            .as_str(),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    // The cached answer expired 100 ms in; re-verifying fails, the last answer stands.
+    let stale = lab
+        .extract(&key.api_key, json!({"doc_id": "b", "text": ONE}))
+        .await;
+    assert_eq!(
+        stale.status(),
+        200,
+        "fail static, not an outage of the public API"
+    );
+    assert!(Lab::metric(&lab.gateway.url, "gateway_auth_total", "result=\"stale\"").await >= 1.0);
+    // A key never verified has no answer to fall back on.
+    let unknown = lab
+        .extract(
+            "rsl_0123456789ab_0123456789abcdef",
+            json!({"doc_id": "c", "text": ONE}),
+        )
+        .await;
+    assert_eq!(unknown.status(), 503);
+    admin
+        .execute(format!("ALTER DATABASE \"{name}\" WITH ALLOW_CONNECTIONS true").as_str())
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_resilient_orchestrator_warms_its_cache_on_boot() {
+    let (db, a, _) = seeded_db().await;
+    let lab = Lab::start(
+        db,
+        LabOptions {
+            cache_warmup_entries: 5000,
+            ..LabOptions::default()
+        },
+    )
+    .await;
+    let orch = &lab.orchestrators[0].url;
+    let warmed = Lab::metric(orch, "orchestrator_cache_warmup_entries", "").await;
+    assert!(warmed > 0.0, "resilient mode warms up on boot");
+    assert_eq!(
+        Lab::metric(orch, "orchestrator_cache_warmup_total", "outcome=\"ok\"").await,
+        1.0
+    );
+    // A span naming a warmed entity is a cache hit at once: the first document costs no lookup.
+    let es = &lab.entity_services[0].url;
+    let before = Lab::metric(es, "entity_service_requests_total", "").await;
+    let resp = lab
+        .extract(
+            &a.api_key,
+            json!({"doc_id": "w", "text": "Our auditor Vega Labs agreed.", "locale": "de-DE"}),
+        )
+        .await;
+    assert_eq!(resp.status(), 200);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["entities"][0]["entity"]["name"], "Vega Labs", "{body}");
+    assert_eq!(
+        Lab::metric(es, "entity_service_requests_total", "").await,
+        before,
+        "answered from the warmed cache, in any locale"
+    );
+    assert_eq!(
+        before, 0.0,
+        "the warm-up itself is not user traffic at entity-service"
+    );
+    assert_eq!(
+        Lab::metric(
+            es,
+            "entity_service_internal_requests_total",
+            "traffic=\"warmup\""
+        )
+        .await,
+        1.0
+    );
+}

@@ -108,6 +108,19 @@ impl Snapshot {
             .unwrap_or_else(|| panic!("flag {flag:?} is not defined in deploy/flags/flags.json"))
     }
 
+    /// Is `request_id`'s request served by the fixed stack ("Code After")? Yes when
+    /// `client.mode=resilient`; while it is `legacy`, for the `hotfix.canary_percent` share of
+    /// requests — the hotfix canary. flagd-style fractional targeting with the request id as the
+    /// targeting key: every hop hashes the same id (the gateway forwards it), so a request is
+    /// fixed or legacy end to end, never half of each.
+    pub fn fixed_for(&self, request_id: &str) -> bool {
+        if self.variant("client.mode") != "legacy" {
+            return true;
+        }
+        let percent = self.number("hotfix.canary_percent");
+        percent > 0.0 && (canary_bucket(request_id) as f64) < percent
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
         self.variants.iter().map(|(k, v)| (k.as_str(), v.as_str()))
     }
@@ -131,6 +144,17 @@ impl Snapshot {
         }
         next
     }
+}
+
+/// The request's bucket in 0..100: FNV-1a of the id, the same in every process and on every run
+/// (a canary of 5% is the same 5% of request ids everywhere).
+pub fn canary_bucket(request_id: &str) -> u32 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in request_id.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    (h % 100) as u32
 }
 
 /// The watched flags of one process.
@@ -278,5 +302,44 @@ impl Flags {
                     .set(i64::from(snap.variant(flag) == variant));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snapshot(values: &[(&str, &str)]) -> Snapshot {
+        let base = Snapshot::defaults(Arc::new(Definitions::embedded()));
+        let stored = values
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        base.with_store_values(&stored)
+    }
+
+    #[test]
+    fn fixed_for_serves_the_canary_share_of_request_ids_and_is_stable() {
+        let ids: Vec<String> = (0..10_000).map(|i| format!("{i:016x}req")).collect();
+        let share = |s: &Snapshot| ids.iter().filter(|id| s.fixed_for(id)).count() as f64 / 1e4;
+        assert_eq!(share(&snapshot(&[("client.mode", "legacy")])), 0.0);
+        let canary = snapshot(&[("client.mode", "legacy"), ("hotfix.canary_percent", "5")]);
+        let five = share(&canary);
+        assert!((0.04..=0.06).contains(&five), "5% canary served {five}");
+        // The same ids every time, in every process: a request is fixed end to end.
+        let again = snapshot(&[("client.mode", "legacy"), ("hotfix.canary_percent", "5")]);
+        assert!(ids
+            .iter()
+            .all(|id| canary.fixed_for(id) == again.fixed_for(id)));
+        // Widening the canary keeps the requests already in it.
+        let quarter = snapshot(&[("client.mode", "legacy"), ("hotfix.canary_percent", "25")]);
+        assert!(ids
+            .iter()
+            .filter(|id| canary.fixed_for(id))
+            .all(|id| quarter.fixed_for(id)));
+        let full = snapshot(&[("client.mode", "legacy"), ("hotfix.canary_percent", "100")]);
+        assert_eq!(share(&full), 1.0);
+        // Resilient mode is fixed whatever the canary says.
+        assert_eq!(share(&snapshot(&[("client.mode", "resilient")])), 1.0);
     }
 }

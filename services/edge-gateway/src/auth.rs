@@ -3,7 +3,8 @@
 //! PostgreSQL stores the SHA-256 of each key, never the key. A presented key is looked up by its
 //! id, hashed, and compared in constant time. Verified, unknown and revoked key ids are cached for
 //! `auth.cache_ttl_ms`, so PostgreSQL sees one lookup per key per TTL and is not on every
-//! request's path; a revocation takes effect within that TTL.
+//! request's path; a revocation takes effect within that TTL. When re-verifying fails, the last
+//! answer is used for up to `auth.stale_ttl_ms` more (fail static; see [`KeyStore::new`]).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -37,6 +38,10 @@ enum Cached {
 pub struct KeyStore {
     pool: PgPool,
     ttl: Duration,
+    /// How long a cached answer may still be used when re-verifying it fails (see [`KeyStore::new`]).
+    stale_ttl: Duration,
+    /// How long a request waits for re-verifying an expired answer before using it stale.
+    refresh_timeout: Duration,
     cache: Mutex<HashMap<String, (Instant, Cached)>>,
     outcomes: IntCounterVec,
 }
@@ -45,14 +50,30 @@ pub struct KeyStore {
 const MAX_KEY_LEN: usize = 128;
 
 impl KeyStore {
-    pub fn new(pool: PgPool, ttl: Duration, metrics: &lab_core::metrics::Metrics) -> Self {
+    /// `ttl`: how long an answer is trusted without asking PostgreSQL again. `stale_ttl`: when
+    /// asking fails (PostgreSQL down, or saturated — in this lab it is the same database whose
+    /// overload IS the incident), an answer younger than this is used anyway, counted as
+    /// `gateway_auth_total{result="stale"}`: the key store being slow must not turn into an
+    /// outage of the public API (fail static, as the rate limiter fails open), and revocation can
+    /// take at most `stale_ttl` while the store is unreachable. `refresh_timeout`: the longest a
+    /// request waits to re-verify an expired answer before falling back to it.
+    pub fn new(
+        pool: PgPool,
+        ttl: Duration,
+        stale_ttl: Duration,
+        refresh_timeout: Duration,
+        metrics: &lab_core::metrics::Metrics,
+    ) -> Self {
         Self {
             pool,
             ttl,
+            stale_ttl,
+            refresh_timeout,
             cache: Mutex::new(HashMap::new()),
             outcomes: metrics.counter_vec(
                 "gateway_auth_total",
-                "Authentication decisions, by result (ok, missing, malformed, refused, unavailable)",
+                "Authentication decisions, by result (ok, stale: verified from a cached answer while \
+                 the key store could not be read, missing, malformed, refused, unavailable)",
                 &["result"],
             ),
         }
@@ -62,14 +83,19 @@ impl KeyStore {
     pub async fn authenticate(&self, authorization: Option<&str>) -> Result<Tenant, ApiError> {
         let result = self.check(authorization).await;
         let label = match &result {
-            Ok(_) => "ok",
+            Ok((_, false)) => "ok",
+            Ok((_, true)) => "stale",
             Err((label, _)) => label,
         };
         self.outcomes.with_label_values(&[label]).inc();
-        result.map_err(|(_, e)| e)
+        result.map(|(tenant, _)| tenant).map_err(|(_, e)| e)
     }
 
-    async fn check(&self, authorization: Option<&str>) -> Result<Tenant, (&'static str, ApiError)> {
+    /// The tenant, and whether it was verified from a stale answer.
+    async fn check(
+        &self,
+        authorization: Option<&str>,
+    ) -> Result<(Tenant, bool), (&'static str, ApiError)> {
         let Some(value) = authorization else {
             return Err((
                 "missing",
@@ -83,43 +109,74 @@ impl KeyStore {
         }
         let key_id = parse_key_id(key).ok_or_else(invalid)?;
         let presented: [u8; 32] = Sha256::digest(key.as_bytes()).into();
-        let entry = self.lookup(key_id).await?;
+        let (entry, stale) = self.lookup(key_id).await?;
         match entry {
             Cached::Active {
                 tenant,
                 rate_limit_rps,
                 sha256,
-            } if constant_time_eq::constant_time_eq_32(&sha256, &presented) => Ok(Tenant {
-                id: tenant,
-                rate_limit_rps,
-            }),
+            } if constant_time_eq::constant_time_eq_32(&sha256, &presented) => Ok((
+                Tenant {
+                    id: tenant,
+                    rate_limit_rps,
+                },
+                stale,
+            )),
             _ => Err(("refused", ApiError::unauthorized("invalid API key"))),
         }
     }
 
-    async fn lookup(&self, key_id: &str) -> Result<Cached, (&'static str, ApiError)> {
-        if let Some((at, c)) = self.cache.lock().expect("auth cache lock").get(key_id) {
+    /// The answer for `key_id`, and whether it is a stale one (the store could not be read).
+    async fn lookup(&self, key_id: &str) -> Result<(Cached, bool), (&'static str, ApiError)> {
+        let previous = self
+            .cache
+            .lock()
+            .expect("auth cache lock")
+            .get(key_id)
+            .cloned();
+        if let Some((at, c)) = &previous {
             if at.elapsed() < self.ttl {
-                return Ok(c.clone());
+                return Ok((c.clone(), false));
             }
         }
-        let row: Option<(i64, Vec<u8>, bool, i32)> = sqlx::query_as(
+        let query = sqlx::query_as::<_, (i64, Vec<u8>, bool, i32)>(
             "SELECT k.tenant_id, k.key_sha256, k.revoked_at IS NOT NULL, t.rate_limit_rps
              FROM api_keys k JOIN tenants t ON t.id = k.tenant_id WHERE k.key_id = $1",
         )
         .bind(key_id)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(|e| {
-            tracing::warn!(error = %e, "API key lookup failed");
-            (
-                "unavailable",
-                ApiError::unavailable(
-                    "auth_unavailable",
-                    "cannot verify the API key right now; retry later",
-                ),
-            )
-        })?;
+        .fetch_optional(&self.pool);
+        // An expired answer in hand bounds the wait for a fresh one.
+        let usable = previous
+            .as_ref()
+            .filter(|(at, _)| at.elapsed() < self.stale_ttl)
+            .map(|(_, c)| c.clone());
+        let fetched = match &usable {
+            Some(_) => match tokio::time::timeout(self.refresh_timeout, query).await {
+                Ok(r) => r.map_err(|e| e.to_string()),
+                Err(_) => Err(format!(
+                    "no answer within {} ms",
+                    self.refresh_timeout.as_millis()
+                )),
+            },
+            None => query.await.map_err(|e| e.to_string()),
+        };
+        let row = match fetched {
+            Ok(row) => row,
+            Err(e) => {
+                if let Some(c) = usable {
+                    tracing::debug!(error = %e, "API key re-verification failed; using the last answer");
+                    return Ok((c, true));
+                }
+                tracing::warn!(error = %e, "API key lookup failed");
+                return Err((
+                    "unavailable",
+                    ApiError::unavailable(
+                        "auth_unavailable",
+                        "cannot verify the API key right now; retry later",
+                    ),
+                ));
+            }
+        };
         let cached = match row {
             Some((tenant, hash, false, rps)) if hash.len() == 32 => Cached::Active {
                 tenant,
@@ -134,7 +191,7 @@ impl KeyStore {
             cache.retain(|_, (at, _)| at.elapsed() < self.ttl);
         }
         cache.insert(key_id.to_string(), (Instant::now(), cached.clone()));
-        Ok(cached)
+        Ok((cached, false))
     }
 }
 

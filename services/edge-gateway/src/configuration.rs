@@ -37,6 +37,8 @@ pub struct DatabaseSettings {
 #[serde(deny_unknown_fields)]
 pub struct AuthSettings {
     pub cache_ttl_ms: u64,
+    pub stale_ttl_ms: u64,
+    pub refresh_timeout_ms: u64,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -49,6 +51,11 @@ pub struct BudgetSettings {
 #[serde(deny_unknown_fields)]
 pub struct UpstreamSettings {
     pub orchestrators: String,
+    /// A file listing the orchestrator URLs, one per line, re-read before every round of probes
+    /// (the native lab's Endpoints: `labctl scale` adds replicas there). Set: it replaces
+    /// `orchestrators`.
+    #[serde(default)]
+    pub orchestrators_file: Option<String>,
     pub probe_interval_ms: u64,
     pub probe_timeout_ms: u64,
     pub failure_threshold: u32,
@@ -98,8 +105,13 @@ impl Settings {
 
     pub fn validate(&self) -> anyhow::Result<()> {
         anyhow::ensure!(
-            !self.upstream.url_list().is_empty(),
-            "upstream.orchestrators: at least one orchestrator URL is required (LAB_UPSTREAM__ORCHESTRATORS)"
+            !self.upstream.url_list().is_empty()
+                || self
+                    .upstream
+                    .orchestrators_file
+                    .as_deref()
+                    .is_some_and(|f| !f.is_empty()),
+            "upstream.orchestrators: at least one orchestrator URL is required (LAB_UPSTREAM__ORCHESTRATORS), or a file listing them (LAB_UPSTREAM__ORCHESTRATORS_FILE)"
         );
         anyhow::ensure!(
             self.budget.request_ms > 0,

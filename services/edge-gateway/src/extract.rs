@@ -319,9 +319,11 @@ struct Policy {
     propagate_budget: bool,
 }
 
-fn policy(st: &AppState) -> Policy {
+fn policy(st: &AppState, request_id: &str) -> Policy {
     let flags = st.flags.snapshot();
-    if flags.variant("client.mode") == "legacy" {
+    // `client.mode`, or the hotfix canary's share of requests (`hotfix.canary_percent`), decided
+    // on the request id exactly as the orchestrator below decides it.
+    if !flags.fixed_for(request_id) {
         // LAB-BUG(retry-amplification): "edge-gateway: 3 attempts against orchestrator". Each
         // attempt gets a 1 s slice of the 3 s budget; an attempt that times out is dropped here
         // (its connection closed), but the orchestrator's legacy client below it has detached its
@@ -366,7 +368,7 @@ async fn forward(
     request_id: &str,
     user_deadline_ms: u128,
 ) -> Result<Response, ApiError> {
-    let policy = policy(st);
+    let policy = policy(st, request_id);
     let mut last = None;
     for attempt in 0..policy.attempts {
         let retry = attempt > 0;
@@ -462,16 +464,16 @@ async fn attempt_once(
     retry: bool,
 ) -> Result<Attempt, ApiError> {
     let m = &st.upstream_metrics;
-    let mut tried = Vec::new();
+    let mut tried: Vec<String> = Vec::new();
     loop {
-        let Some(i) = st.upstreams.pick(&tried) else {
+        let Some(endpoint) = st.upstreams.pick(&tried) else {
             return Err(ApiError::from_failure(
                 &errors::GW_NO_READY_UPSTREAM,
                 "no orchestrator replica is ready to serve",
             ));
         };
-        tried.push(i);
-        let url = &st.upstreams.endpoints()[i].url;
+        tried.push(endpoint.url.clone());
+        let url = &endpoint.url;
         let left = deadline.saturating_duration_since(Instant::now());
         let timeout = policy.attempt_timeout.map_or(left, |t| t.min(left));
         let mut rb = st
@@ -507,7 +509,7 @@ async fn attempt_once(
                 // Nothing reached the replica: failover to the next one, same attempt.
                 guard.disarm();
                 m.failovers.inc();
-                st.upstreams.eject(i);
+                st.upstreams.eject(&endpoint);
                 continue;
             }
         }

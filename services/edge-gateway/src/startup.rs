@@ -49,6 +49,8 @@ impl Application {
         let keys = Arc::new(KeyStore::new(
             pool,
             Duration::from_millis(settings.auth.cache_ttl_ms),
+            Duration::from_millis(settings.auth.stale_ttl_ms),
+            Duration::from_millis(settings.auth.refresh_timeout_ms),
             &metrics,
         ));
         let flags = settings.flags.watch(&metrics).await?;

@@ -6,9 +6,15 @@
 //! back. A connection refused on a real request ejects the replica at once (the process is gone;
 //! waiting for three probes would fail three seconds of requests), and that request moves to the
 //! next ready replica: nothing was sent, so this is failover, not a retry of work.
+//!
+//! The set of replicas may change while the gateway runs, as a Service's endpoints do when a
+//! Deployment is scaled: with `upstream.orchestrators_file` the list is re-read before every round
+//! of probes. A new replica joins out of rotation and enters it once its readiness passes (its
+//! cache cold, its connection slots new — the postmortem's scale-up); a replica gone from the
+//! list leaves the rotation at once.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use prometheus::IntGaugeVec;
@@ -23,13 +29,22 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
+    fn new(url: String) -> Self {
+        Endpoint {
+            url,
+            ready: AtomicBool::new(false),
+            consecutive_failures: AtomicU32::new(0),
+            consecutive_successes: AtomicU32::new(0),
+        }
+    }
+
     pub fn is_ready(&self) -> bool {
         self.ready.load(Ordering::SeqCst)
     }
 }
 
 pub struct Upstreams {
-    endpoints: Vec<Endpoint>,
+    endpoints: RwLock<Arc<Vec<Arc<Endpoint>>>>,
     next: AtomicUsize,
     probe: reqwest::Client,
     settings: UpstreamSettings,
@@ -54,18 +69,16 @@ impl Upstreams {
             )
             .expect("valid metric"),
         );
-        let endpoints = settings
-            .url_list()
+        let urls = match &settings.orchestrators_file {
+            Some(path) if !path.is_empty() => read_list(path)?,
+            _ => settings.url_list(),
+        };
+        let endpoints = urls
             .into_iter()
-            .map(|url| Endpoint {
-                url,
-                ready: AtomicBool::new(false),
-                consecutive_failures: AtomicU32::new(0),
-                consecutive_successes: AtomicU32::new(0),
-            })
+            .map(|u| Arc::new(Endpoint::new(u)))
             .collect();
         Ok(Arc::new(Self {
-            endpoints,
+            endpoints: RwLock::new(Arc::new(endpoints)),
             next: AtomicUsize::new(0),
             probe,
             settings,
@@ -73,22 +86,27 @@ impl Upstreams {
         }))
     }
 
-    pub fn endpoints(&self) -> &[Endpoint] {
-        &self.endpoints
+    /// The replicas as of now.
+    pub fn endpoints(&self) -> Arc<Vec<Arc<Endpoint>>> {
+        self.endpoints.read().expect("endpoints lock").clone()
     }
 
-    /// The next ready endpoint after round-robin, skipping `tried`.
-    pub fn pick(&self, tried: &[usize]) -> Option<usize> {
-        let n = self.endpoints.len();
+    /// The next ready endpoint after round-robin, skipping the URLs in `tried`.
+    pub fn pick(&self, tried: &[String]) -> Option<Arc<Endpoint>> {
+        let all = self.endpoints();
+        let n = all.len();
+        if n == 0 {
+            return None;
+        }
         let start = self.next.fetch_add(1, Ordering::Relaxed);
         (0..n)
-            .map(|k| (start + k) % n)
-            .find(|i| !tried.contains(i) && self.endpoints[*i].is_ready())
+            .map(|k| &all[(start + k) % n])
+            .find(|e| !tried.contains(&e.url) && e.is_ready())
+            .cloned()
     }
 
     /// Passive ejection after a refused connection.
-    pub fn eject(&self, i: usize) {
-        let e = &self.endpoints[i];
+    pub fn eject(&self, e: &Endpoint) {
         if e.ready.swap(false, Ordering::SeqCst) {
             tracing::warn!(endpoint = %e.url, "connection refused; out of rotation until /readyz passes");
         }
@@ -96,9 +114,58 @@ impl Upstreams {
         self.ready_gauge.with_label_values(&[&e.url]).set(0);
     }
 
-    /// Probe every endpoint once, concurrently.
+    /// Re-read the endpoints file, if there is one: keep the replicas still listed (with their
+    /// readiness), add new ones out of rotation, drop the rest.
+    fn refresh(&self) {
+        let Some(path) = self
+            .settings
+            .orchestrators_file
+            .as_deref()
+            .filter(|p| !p.is_empty())
+        else {
+            return;
+        };
+        let urls = match read_list(path) {
+            Ok(u) => u,
+            Err(e) => {
+                // Keep the last known set: a half-written or missing file must not empty the
+                // rotation.
+                tracing::warn!(error = %format!("{e:#}"), "cannot read the endpoints file; keeping the last known replicas");
+                return;
+            }
+        };
+        let current = self.endpoints();
+        if current.iter().map(|e| &e.url).eq(urls.iter()) {
+            return;
+        }
+        let next: Vec<Arc<Endpoint>> = urls
+            .into_iter()
+            .map(|u| {
+                current
+                    .iter()
+                    .find(|e| e.url == u)
+                    .cloned()
+                    .unwrap_or_else(|| {
+                        tracing::info!(endpoint = %u, "new replica; in rotation once /readyz passes");
+                        Arc::new(Endpoint::new(u))
+                    })
+            })
+            .collect();
+        for gone in current
+            .iter()
+            .filter(|e| !next.iter().any(|n| n.url == e.url))
+        {
+            tracing::info!(endpoint = %gone.url, "replica gone from the endpoints; out of rotation");
+            let _ = self.ready_gauge.remove_label_values(&[&gone.url]);
+        }
+        *self.endpoints.write().expect("endpoints lock") = Arc::new(next);
+    }
+
+    /// Probe every endpoint once, concurrently (after re-reading the endpoints file).
     pub async fn probe_all(&self) {
-        let probes = self.endpoints.iter().map(|e| async move {
+        self.refresh();
+        let all = self.endpoints();
+        let probes = all.iter().map(|e| async move {
             let ok = match self.probe.get(format!("{}/readyz", e.url)).send().await {
                 Ok(resp) => resp.status().is_success(),
                 Err(_) => false,
@@ -140,4 +207,16 @@ impl Upstreams {
             }
         })
     }
+}
+
+/// One URL per line (blank lines and `#` comments ignored).
+fn read_list(path: &str) -> anyhow::Result<Vec<String>> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| anyhow::anyhow!("reading the endpoints file {path}: {e}"))?;
+    Ok(text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(str::to_string)
+        .collect())
 }

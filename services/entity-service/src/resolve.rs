@@ -13,7 +13,10 @@ use axum::http::HeaderMap;
 use axum::Json;
 use deadpool_postgres::{Pool, PoolError};
 use lab_api::headers;
-use lab_api::wire::{EntityRef, MatchMethod, Resolution, ResolveRequest, ResolveResponse};
+use lab_api::wire::{
+    EntityRef, MatchMethod, PopularEntity, PopularResponse, Resolution, ResolveRequest,
+    ResolveResponse,
+};
 use lab_contract::errors;
 use lab_core::http::{ApiError, JsonBody};
 use lab_db::queries;
@@ -189,6 +192,60 @@ pub async fn resolve(
         st.metrics.spans.with_label_values(&[method]).inc();
     }
     Ok(Json(ResolveResponse { results }))
+}
+
+/// `?limit=N` of `GET /v1/popular`.
+#[derive(Debug, serde::Deserialize)]
+pub struct PopularQuery {
+    pub limit: i64,
+}
+
+/// The most popular entities wanted at once, at most: the postmortem's warm-up took 5,000;
+/// 10,000 bounds a request's memory (~1 MB of JSON).
+const MAX_POPULAR: i64 = 10_000;
+
+/// `GET /v1/popular?limit=N`: the `N` most popular entities of every tenant, each as the exact
+/// match of its own normalized name — what an orchestrator pre-populates its cache with on boot.
+/// Bounded like a resolve: by the caller's `X-Request-Budget-Ms` when it sends one.
+pub async fn popular(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    axum::extract::Query(q): axum::extract::Query<PopularQuery>,
+) -> Result<Json<PopularResponse>, ApiError> {
+    if !(1..=MAX_POPULAR).contains(&q.limit) {
+        return Err(ApiError::bad_request(format!(
+            "limit: must be 1..={MAX_POPULAR}"
+        )));
+    }
+    let budget = headers
+        .get(headers::REQUEST_BUDGET_MS)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let mut client = st.pool.get().await.map_err(pool_error)?;
+    let tx = client.transaction().await.map_err(db_error)?;
+    if let Some(ms) = budget {
+        tx.batch_execute(&format!("SET LOCAL statement_timeout = {}", ms.max(1)))
+            .await
+            .map_err(db_error)?;
+    }
+    let rows = tx
+        .query(queries::POPULAR, &[&q.limit])
+        .await
+        .map_err(db_error)?;
+    tx.commit().await.map_err(db_error)?;
+    let entities = rows
+        .iter()
+        .map(|r| PopularEntity {
+            tenant: r.get(0),
+            normalized: r.get(1),
+            entity: EntityRef {
+                id: r.get(2),
+                name: r.get(3),
+                kind: r.get(4),
+            },
+        })
+        .collect();
+    Ok(Json(PopularResponse { entities }))
 }
 
 /// The two lookups, on a plain pooled connection or inside the budgeted transaction.

@@ -64,6 +64,7 @@ impl Application {
         };
         let api = Router::new()
             .route("/v1/resolve", post(resolve::resolve))
+            .route("/v1/popular", axum::routing::get(resolve::popular))
             .with_state(state)
             .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
             .layer(axum::middleware::from_fn_with_state(

@@ -4,6 +4,10 @@
 //! lookup may return). Negative answers are cached too: an unresolvable span costs a lookup once,
 //! not on every document. One mutex around the LRU: critical sections are a hash lookup and a
 //! list splice, far shorter than any contention they could cause at the lab's rates.
+//!
+//! An exact match does not depend on the locale (`(tenant, normalized_name)` is the whole key of
+//! that lookup), so an entry without a locale holding an exact match answers a request in any
+//! locale: that is what the boot warm-up ([`ResolutionCache::warm`]) fills.
 
 use std::num::NonZeroUsize;
 use std::sync::Mutex;
@@ -48,7 +52,26 @@ impl ResolutionCache {
 
     /// `Some(answer)` on a hit (the answer itself may be "no entity").
     pub fn get(&self, key: &CacheKey) -> Option<Option<Resolution>> {
-        let found = self.lru.lock().expect("cache lock").get(key).cloned();
+        let found = {
+            let mut lru = self.lru.lock().expect("cache lock");
+            match lru.get(key).cloned() {
+                Some(v) => Some(v),
+                // A locale-free exact match answers every locale (never a candidate or a "no").
+                None if key.locale.is_some() => {
+                    let any = CacheKey {
+                        locale: None,
+                        ..key.clone()
+                    };
+                    lru.get(&any)
+                        .filter(|v| {
+                            v.as_ref()
+                                .is_some_and(|r| r.method == lab_api::wire::MatchMethod::Exact)
+                        })
+                        .cloned()
+                }
+                None => None,
+            }
+        };
         match found {
             Some(_) => self.hits.inc(),
             None => self.misses.inc(),
@@ -60,6 +83,29 @@ impl ResolutionCache {
         let mut lru = self.lru.lock().expect("cache lock");
         lru.put(key, value);
         self.entries.set(lru.len() as i64);
+    }
+
+    /// Pre-populate with exact matches (locale-free: they answer every locale), oldest first so
+    /// the most popular end up most recently used. Returns how many went in.
+    pub fn warm(&self, entries: Vec<lab_api::wire::PopularEntity>) -> usize {
+        let n = entries.len();
+        let mut lru = self.lru.lock().expect("cache lock");
+        for e in entries.into_iter().rev() {
+            lru.put(
+                CacheKey {
+                    tenant: e.tenant,
+                    locale: None,
+                    normalized: e.normalized,
+                },
+                Some(Resolution {
+                    entity: e.entity,
+                    confidence: 1.0,
+                    method: lab_api::wire::MatchMethod::Exact,
+                }),
+            );
+        }
+        self.entries.set(lru.len() as i64);
+        n
     }
 
     pub fn len(&self) -> usize {

@@ -38,6 +38,10 @@ impl EntitySettings {
 #[serde(deny_unknown_fields)]
 pub struct CacheSettings {
     pub capacity: usize,
+    /// Entries pre-populated on boot when `cache.warmup_on_boot` says so.
+    pub warmup_entries: i64,
+    /// How long a starting replica may spend on the warm-up before it gives up and starts cold.
+    pub warmup_budget_ms: u64,
 }
 
 /// Overrides of the entity hop of the hop table (absent: the table's value).

@@ -41,6 +41,17 @@ pub fn mode(flags: &Snapshot) -> Mode {
     }
 }
 
+/// The client one request uses: the mode, or — while the mode is legacy — the hotfix canary's
+/// share of requests (`hotfix.canary_percent`, by request id, as the gateway decides it). A
+/// request without an id (not from the gateway) follows the mode.
+pub fn mode_for(flags: &Snapshot, request_id: Option<&str>) -> Mode {
+    match request_id {
+        Some(id) if flags.fixed_for(id) => Mode::Resilient,
+        Some(_) => Mode::Legacy,
+        None => mode(flags),
+    }
+}
+
 /// The fixed client's per-request switches, from the flags.
 pub fn controls(flags: &Snapshot) -> Controls {
     Controls {
@@ -105,7 +116,7 @@ impl EntityClients {
         ctx: &CallContext,
         req: &ResolveRequest,
     ) -> Result<ResolveResponse, ApiError> {
-        match mode(flags) {
+        match mode_for(flags, ctx.request_id.as_deref()) {
             Mode::Legacy => self
                 .legacy
                 .resolve(ctx, req, flags.enabled("retries.entity.enabled"))

@@ -18,7 +18,7 @@ use lab_core::call::CallContext;
 use tokio::time::Instant;
 
 use crate::cache::{CacheKey, ResolutionCache};
-use crate::entity::{mode, EntityClients, Mode};
+use crate::entity::{mode_for, EntityClients, Mode};
 use crate::plan::plan;
 
 #[derive(Clone)]
@@ -45,7 +45,8 @@ pub async fn extract(
     };
     let flags = st.entity.flags().snapshot();
     let now = Instant::now();
-    let deadline = match mode(&flags) {
+    let request_id = header(headers::REQUEST_ID);
+    let deadline = match mode_for(&flags, request_id.as_deref()) {
         // LAB-BUG(timeout-inversion): the legacy path has no deadline of its own and reads none;
         // only its client's 10 s package default bounds an attempt.
         Mode::Legacy => None,
@@ -62,7 +63,7 @@ pub async fn extract(
     };
     let ctx = CallContext {
         deadline,
-        request_id: header(headers::REQUEST_ID),
+        request_id,
         observe_user_deadline: header(headers::OBSERVE_USER_DEADLINE),
     };
 

@@ -38,6 +38,7 @@ impl Application {
         let cache = Arc::new(ResolutionCache::new(settings.cache.capacity, &metrics));
         let table = settings.hop_table()?;
         let flags = settings.flags.watch(&metrics).await?;
+        warm_up(&settings, &flags.snapshot(), &cache, &metrics).await;
         let entity = Arc::new(EntityClients::new(&settings, flags, &metrics)?);
         let events = EventProducer::new(&settings.kafka, metrics.registry())?.map(Arc::new);
         let http = HttpMetrics::new(
@@ -92,6 +93,100 @@ impl Application {
         }
         served
     }
+}
+
+/// The fix's boot warm-up (`cache.warmup_on_boot`; on in resilient mode): the most popular
+/// entities from entity-service into the cache, before the replica serves — so a rolling restart
+/// or a scale-up does not hand entity-service a wave of cold caches. Bounded by
+/// `cache.warmup_budget_ms`; a failure is logged and counted, and the replica starts cold.
+async fn warm_up(
+    settings: &Settings,
+    flags: &lab_flags::Snapshot,
+    cache: &ResolutionCache,
+    metrics: &Metrics,
+) {
+    // follow-mode: the warm-up ships with the fix — on when the fleet runs it (resilient mode,
+    // or the hotfix rolled out to 100%).
+    let on = match flags.variant("cache.warmup_on_boot") {
+        "on" => true,
+        "off" => false,
+        _ => mode(flags) == Mode::Resilient || flags.number("hotfix.canary_percent") >= 100.0,
+    };
+    let outcomes = metrics.counter_vec(
+        "orchestrator_cache_warmup_total",
+        "Boot warm-ups of the cache, by outcome (ok, failed, skipped: the flag said off)",
+        &["outcome"],
+    );
+    let entries = metrics.gauge(
+        "orchestrator_cache_warmup_entries",
+        "Entries the last boot warm-up put in the cache",
+    );
+    if !on || settings.cache.warmup_entries <= 0 {
+        outcomes.with_label_values(&["skipped"]).inc();
+        return;
+    }
+    let budget = Duration::from_millis(settings.cache.warmup_budget_ms);
+    let started = std::time::Instant::now();
+    let http = match reqwest::Client::builder()
+        .timeout(budget)
+        .no_proxy()
+        .build()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!(error = %e, "cache warm-up: no HTTP client; starting cold");
+            outcomes.with_label_values(&["failed"]).inc();
+            return;
+        }
+    };
+    // Each replica in turn, within the one budget: the first that answers fills the cache.
+    for base in settings.entity.url_list() {
+        let left = budget.saturating_sub(started.elapsed());
+        if left.is_zero() {
+            break;
+        }
+        let got = http
+            .get(format!(
+                "{}/v1/popular?limit={}",
+                base.trim_end_matches('/'),
+                settings.cache.warmup_entries
+            ))
+            .timeout(left)
+            .header(
+                lab_api::headers::REQUEST_BUDGET_MS,
+                left.as_millis().to_string(),
+            )
+            // Not a user's request: entity-service counts it apart.
+            .header(lab_api::headers::TRAFFIC, lab_api::headers::TRAFFIC_WARMUP)
+            .send()
+            .await
+            .and_then(|r| r.error_for_status());
+        let body = match got {
+            Ok(r) => r.json::<lab_api::wire::PopularResponse>().await,
+            Err(e) => Err(e),
+        };
+        match body {
+            Ok(b) => {
+                let n = cache.warm(b.entities);
+                entries.set(n as i64);
+                outcomes.with_label_values(&["ok"]).inc();
+                tracing::info!(
+                    entries = n,
+                    ms = started.elapsed().as_millis() as u64,
+                    "cache warmed up on boot"
+                );
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(entity_service = %base, error = %e, "cache warm-up attempt failed")
+            }
+        }
+    }
+    outcomes.with_label_values(&["failed"]).inc();
+    tracing::warn!(
+        budget_ms = budget.as_millis() as u64,
+        "cache warm-up failed within its budget; starting cold"
+    );
 }
 
 /// `/readyz` beyond "started and not draining", by `readiness.depth`: `shallow` never asks
