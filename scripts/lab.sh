@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# scripts/lab.sh — the lab's main job, natively (no Docker needed):
-#   dependencies → release build → seed (once) → labctl up → real extractions → a short
-#   open-loop load sample → status → labctl down.
+# scripts/lab.sh — the lab's main job, natively (no Docker needed): the postmortem's incident,
+# replayed from the real trigger, in both client modes, with a verdict per step.
+#
+#   dependencies → release build → seed (once) → labctl replay (calibrate, then legacy and
+#   resilient on fresh labs) → where the report is, and how many steps reproduced.
 #
 # Env:
-#   LAB_SEED_ARGS   extra args for `labctl seed` (e.g. "--small" on a laptop; default: full 1M/2000)
-#   LAB_LOAD_RATE   requests/s of the load sample (default 50), LAB_LOAD_SECONDS (default 15)
-#   LAB_KEEP_UP=1   leave the lab running at the end (stop it with: target/release/labctl down)
+#   LAB_SEED_ARGS         extra args for `labctl seed` (e.g. "--small"; default: full 1M/2000)
+#   LAB_REPLAY_ARGS       extra args for `labctl replay` (default: a short replay,
+#                         "--time-scale 0.4 --warmup-seconds 30 --probe-seconds 15": the
+#                         postmortem's shape in ~10 minutes; "" runs it at full length, ~18 min)
 #   CARGO_TARGET_DIR, LAB_DATABASE_URL, LAB_STATE_DIR, LAB_DATA_DIR as usual.
 set -euo pipefail
 
@@ -30,24 +33,19 @@ say "seed (skipped when already seeded; reseed with: $LABCTL seed --force)"
 # shellcheck disable=SC2086  # LAB_SEED_ARGS is a list of flags
 "$LABCTL" seed --if-empty ${LAB_SEED_ARGS:-}
 
-say "labctl up: 1 gateway, 2 orchestrators, 2 entity-services, 2 enrichment workers"
-"$LABCTL" up
-if [[ "${LAB_KEEP_UP:-0}" != 1 ]]; then
-    trap 'say "labctl down"; "$LABCTL" down' EXIT
-fi
+OUT="${LAB_STATE_DIR:-.lab}/reports/replay-$(date +%s)"
+mkdir -p "$(dirname "$OUT")"
+SHORT="--time-scale 0.4 --warmup-seconds 30 --probe-seconds 15"
+REPLAY_ARGS="${LAB_REPLAY_ARGS-$SHORT}"
+say "labctl replay $REPLAY_ARGS: calibration, then the incident in legacy and resilient mode"
+say "(progress: tail -f $OUT.log)"
+# shellcheck disable=SC2086  # REPLAY_ARGS is a list of flags
+"$LABCTL" replay --out "$OUT" $REPLAY_ARGS > "$OUT.log" 2>&1 || {
+    tail -n 40 "$OUT.log"
+    exit 1
+}
 
-say "three real extractions through the gateway"
-"$LABCTL" extract --count 3
-
-say "open-loop load sample: ${LAB_LOAD_RATE:-50} rps for ${LAB_LOAD_SECONDS:-15} s"
-mkdir -p .lab/reports
-"$LABCTL" load --rate "${LAB_LOAD_RATE:-50}" --duration "${LAB_LOAD_SECONDS:-15}" \
-    --out .lab/reports/load-sample.json
-
-say "the asynchronous path: every extraction became a doc.ingested event; the enrichment group's lag"
-# A few seconds for the last events to be applied and their offsets committed (every second).
-sleep 3
-"$LABCTL" kafka lag
-
-say "status"
-"$LABCTL" status
+say "the verdicts"
+sed -n '/^## The timeline/,/^## Performance Comparison/p' "$OUT/replay.md" | grep -E '^- |^\| time' || true
+grep -E '^- (legacy|resilient):' "$OUT/replay.md" || true
+say "report: $OUT/replay.md (summary.json and each mode's per-second series beside it; log: $OUT.log)"

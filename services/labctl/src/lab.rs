@@ -56,6 +56,17 @@ fn url(port: u16) -> String {
     format!("http://127.0.0.1:{port}")
 }
 
+/// `path` made absolute against the current directory (the replicas' own directory may differ).
+fn absolute(path: &Path) -> PathBuf {
+    if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir()
+            .map(|d| d.join(path))
+            .unwrap_or_else(|_| path.to_path_buf())
+    }
+}
+
 pub fn plan(args: &UpArgs, database_url: &str, state_dir: &Path) -> anyhow::Result<Plan> {
     let bin_dir = match &args.bin_dir {
         Some(d) => d.clone(),
@@ -129,6 +140,14 @@ pub fn plan(args: &UpArgs, database_url: &str, state_dir: &Path) -> anyhow::Resu
         env.insert("LAB_HTTP__PORT".into(), port.to_string());
         env.insert("LAB_DATABASE__URL".into(), database_url.to_string());
         env.insert("LAB_UPSTREAM__ORCHESTRATORS".into(), orch_urls.clone());
+        // The supervisor's endpoints file: replicas added by `labctl scale` join the rotation
+        // without a gateway restart, as a Service gains endpoints.
+        env.insert(
+            "LAB_UPSTREAM__ORCHESTRATORS_FILE".into(),
+            absolute(&supervise::endpoints_file(state_dir, "orchestrator"))
+                .display()
+                .to_string(),
+        );
         passthrough(&mut env);
         procs.push(ProcSpec {
             name: format!("edge-gateway-{}", i + 1),
@@ -350,10 +369,12 @@ pub async fn down(state_dir: &Path) -> anyhow::Result<()> {
     unsafe {
         libc::kill(pid as libc::pid_t, libc::SIGTERM);
     }
-    let deadline = Instant::now() + Duration::from_secs(30);
+    // The supervisor stops the Kafka consumers one at a time (up to 15 s each, 4 s apart), then
+    // the rest (up to 15 s): 60 s covers the worst case of the default lab.
+    let deadline = Instant::now() + Duration::from_secs(60);
     while supervise::process_alive(pid) {
         if Instant::now() >= deadline {
-            bail!("supervisor {pid} did not stop within 30 s");
+            bail!("supervisor {pid} did not stop within 60 s (see .lab/logs/supervisor.log)");
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -379,6 +400,8 @@ pub async fn status(state_dir: &Path, json: bool) -> anyhow::Result<()> {
         rows.push(serde_json::json!({
             "name": p.name, "url": url(p.port), "pid": p.pid,
             "ready": ready, "restarts": p.restarts, "last_exit": p.last_exit,
+            "rollouts": p.rollouts, "oom_kills": p.oom_kills,
+            "memory_limit_bytes": p.memory_limit_bytes,
         }));
     }
     if json {
@@ -402,12 +425,12 @@ pub async fn status(state_dir: &Path, json: bool) -> anyhow::Result<()> {
         }
     );
     println!(
-        "{:<18} {:<24} {:>8} {:>6} {:>8}  last exit",
-        "replica", "url", "pid", "ready", "restarts"
+        "{:<18} {:<24} {:>8} {:>6} {:>8} {:>8} {:>4} {:>9}  last exit",
+        "replica", "url", "pid", "ready", "restarts", "rollouts", "oom", "mem limit"
     );
     for r in rows {
         println!(
-            "{:<18} {:<24} {:>8} {:>6} {:>8}  {}",
+            "{:<18} {:<24} {:>8} {:>6} {:>8} {:>8} {:>4} {:>9}  {}",
             r["name"].as_str().unwrap_or(""),
             r["url"].as_str().unwrap_or(""),
             r["pid"]
@@ -420,6 +443,12 @@ pub async fn status(state_dir: &Path, json: bool) -> anyhow::Result<()> {
                 "no"
             },
             r["restarts"],
+            r["rollouts"],
+            r["oom_kills"],
+            r["memory_limit_bytes"]
+                .as_u64()
+                .map(|b| format!("{} MiB", b >> 20))
+                .unwrap_or("-".into()),
             r["last_exit"].as_str().unwrap_or("-"),
         );
     }

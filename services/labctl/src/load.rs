@@ -287,6 +287,185 @@ pub fn follow_rate_file(
     })
 }
 
+/// The documents of a run, as (API key, request body), and how the next one is chosen.
+struct Picker {
+    key_of: BTreeMap<i64, String>,
+    /// Corpus mode: every document, and (uniform mix) the documents of each tenant.
+    docs: Vec<Arc<(String, serde_json::Value)>>,
+    tenant_lists: Vec<Vec<usize>>,
+    /// Stream mode: the never-repeating document stream and the next index in it.
+    stream: Option<crate::seed::DocumentStream>,
+    stream_index: u64,
+}
+
+impl Picker {
+    fn new(args: &LoadArgs, keys: Vec<ApiKeyRecord>, source: DocSource) -> anyhow::Result<Self> {
+        let key_of: BTreeMap<i64, String> =
+            keys.into_iter().map(|k| (k.tenant_id, k.api_key)).collect();
+        let mut p = Picker {
+            key_of,
+            docs: Vec::new(),
+            tenant_lists: Vec::new(),
+            stream: None,
+            // Stream positions far above the corpus file's indexes, distinct per --seed, so runs
+            // with different seeds never send the same document.
+            stream_index: STREAM_BASE + args.seed.wrapping_mul(STREAM_STRIDE),
+        };
+        match source {
+            DocSource::Corpus(corpus) => {
+                let docs: Vec<_> = corpus.into_iter().filter_map(|d| p.body(d)).collect();
+                anyhow::ensure!(
+                    !docs.is_empty(),
+                    "no documents with a matching API key; run `labctl seed` first"
+                );
+                // For the uniform mix: documents grouped by tenant.
+                let mut by_tenant: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+                for (i, d) in docs.iter().enumerate() {
+                    by_tenant.entry(d.0.clone()).or_default().push(i);
+                }
+                p.docs = docs;
+                p.tenant_lists = by_tenant.into_values().collect();
+            }
+            DocSource::Stream(stream) => p.stream = Some(stream),
+        }
+        Ok(p)
+    }
+
+    fn body(&self, d: CorpusDoc) -> Option<Arc<(String, serde_json::Value)>> {
+        let key = self.key_of.get(&d.tenant_id)?.clone();
+        let body = serde_json::json!({
+            "doc_id": d.doc_id, "text": d.text, "locale": d.locale, "doc_type": d.doc_type,
+        });
+        Some(Arc::new((key, body)))
+    }
+
+    /// The next document (`None`: this one has no API key; skip it).
+    fn next(
+        &mut self,
+        rng: &mut rand::rngs::StdRng,
+        mix: TenantMix,
+    ) -> Option<Arc<(String, serde_json::Value)>> {
+        if let Some(stream) = self.stream.as_mut() {
+            self.stream_index += 1;
+            stream.set_uniform(mix == TenantMix::Uniform);
+            let doc = stream.document(self.stream_index);
+            return self.body(doc);
+        }
+        Some(match mix {
+            TenantMix::Size => self.docs[rng.random_range(0..self.docs.len())].clone(),
+            TenantMix::Uniform => {
+                let list = &self.tenant_lists[rng.random_range(0..self.tenant_lists.len())];
+                self.docs[list[rng.random_range(0..list.len())]].clone()
+            }
+        })
+    }
+}
+
+/// Sends one request and records its answer against the second it was meant to be sent in.
+#[derive(Clone)]
+struct Sender {
+    client: reqwest::Client,
+    url: String,
+    rec: Arc<Mutex<Recorder>>,
+    start: Instant,
+}
+
+impl Sender {
+    fn new(args: &LoadArgs) -> anyhow::Result<Self> {
+        ensure_loopback(&args.gateway)?;
+        anyhow::ensure!(
+            args.duration > 0 && args.duration <= MAX_DURATION_S,
+            "--duration must be in [1, {MAX_DURATION_S}] seconds"
+        );
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_millis(args.timeout_ms))
+            .pool_max_idle_per_host(1024)
+            .build()?;
+        Ok(Self {
+            client,
+            url: format!("{}/v1/extract", args.gateway.trim_end_matches('/')),
+            rec: Arc::new(Mutex::new(Recorder {
+                ok: histogram(),
+                all: histogram(),
+                by_status: BTreeMap::new(),
+                seconds: BTreeMap::new(),
+            })),
+            start: Instant::now(),
+        })
+    }
+
+    async fn send(&self, doc: Arc<(String, serde_json::Value)>, intended: Instant) {
+        let result = self
+            .client
+            .post(&self.url)
+            .bearer_auth(&doc.0)
+            .json(&doc.1)
+            .send()
+            .await;
+        let status = match result {
+            Ok(resp) => {
+                let s = resp.status().as_u16().to_string();
+                let _ = resp.bytes().await;
+                s
+            }
+            Err(e) if e.is_timeout() => "client_timeout".to_string(),
+            Err(_) => "client_error".to_string(),
+        };
+        let micros = intended.elapsed().as_micros().max(1) as u64;
+        let second = intended.duration_since(self.start).as_secs();
+        let mut r = self.rec.lock().expect("recorder lock");
+        let ok = status == "200";
+        if ok {
+            let _ = r.ok.record(micros);
+        }
+        let _ = r.all.record(micros);
+        *r.by_status.entry(status).or_default() += 1;
+        let entry = r
+            .seconds
+            .entry(second)
+            .or_insert_with(|| (0, 0, 0, histogram()));
+        entry.0 += 1;
+        if ok {
+            entry.1 += 1;
+            if micros <= GOODPUT_BUDGET_US {
+                entry.2 += 1;
+            }
+        }
+        let _ = entry.3.record(micros);
+    }
+
+    fn report(&self, args: &LoadArgs, sent: u64, overload: u64) -> LoadReport {
+        let r = self.rec.lock().expect("recorder lock");
+        let ok_count: u64 = r.by_status.get("200").copied().unwrap_or(0);
+        let elapsed = args.duration as f64;
+        LoadReport {
+            target_rate: args.rate,
+            duration_s: args.duration,
+            tenants: args.tenants,
+            sent,
+            client_overload: overload,
+            by_status: r.by_status.clone(),
+            achieved_rps: sent as f64 / elapsed,
+            ok_rps: ok_count as f64 / elapsed,
+            ok_latency_ms: percentiles(&r.ok),
+            all_latency_ms: percentiles(&r.all),
+            per_second: r
+                .seconds
+                .iter()
+                .map(|(s, (n, ok, good, h))| SecondSample {
+                    second: *s,
+                    sent: *n,
+                    ok: *ok,
+                    good: *good,
+                    errors: n - ok,
+                    p50_ms: h.value_at_quantile(0.5) as f64 / 1000.0,
+                    p99_ms: h.value_at_quantile(0.99) as f64 / 1000.0,
+                })
+                .collect(),
+        }
+    }
+}
+
 /// Run the open-loop generator, with the arrival rate read from `control` at every arrival.
 pub async fn run_with(
     args: &LoadArgs,
@@ -295,55 +474,11 @@ pub async fn run_with(
     source: DocSource,
 ) -> anyhow::Result<LoadReport> {
     control.set_mix(args.tenants);
-    ensure_loopback(&args.gateway)?;
-    anyhow::ensure!(
-        args.duration > 0 && args.duration <= MAX_DURATION_S,
-        "--duration must be in [1, {MAX_DURATION_S}] seconds"
-    );
-    let key_of: BTreeMap<i64, String> =
-        keys.into_iter().map(|k| (k.tenant_id, k.api_key)).collect();
-    let body = |d: CorpusDoc| -> Option<Arc<(String, serde_json::Value)>> {
-        let key = key_of.get(&d.tenant_id)?.clone();
-        let body = serde_json::json!({
-            "doc_id": d.doc_id, "text": d.text, "locale": d.locale, "doc_type": d.doc_type,
-        });
-        Some(Arc::new((key, body)))
-    };
-    let (docs, tenant_lists, mut stream) = match source {
-        DocSource::Corpus(corpus) => {
-            let docs: Vec<Arc<(String, serde_json::Value)>> =
-                corpus.into_iter().filter_map(body).collect();
-            anyhow::ensure!(
-                !docs.is_empty(),
-                "no documents with a matching API key; run `labctl seed` first"
-            );
-            // For the uniform mix: documents grouped by tenant.
-            let mut by_tenant: BTreeMap<String, Vec<usize>> = BTreeMap::new();
-            for (i, d) in docs.iter().enumerate() {
-                by_tenant.entry(d.0.clone()).or_default().push(i);
-            }
-            (docs, by_tenant.into_values().collect::<Vec<_>>(), None)
-        }
-        DocSource::Stream(stream) => (Vec::new(), Vec::new(), Some(stream)),
-    };
-    // Stream positions far above the corpus file's indexes, distinct per --seed, so runs with
-    // different seeds never send the same document.
-    let mut stream_index = STREAM_BASE + args.seed.wrapping_mul(STREAM_STRIDE);
-
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_millis(args.timeout_ms))
-        .pool_max_idle_per_host(1024)
-        .build()?;
-    let url = format!("{}/v1/extract", args.gateway.trim_end_matches('/'));
-    let rec = Arc::new(Mutex::new(Recorder {
-        ok: histogram(),
-        all: histogram(),
-        by_status: BTreeMap::new(),
-        seconds: BTreeMap::new(),
-    }));
+    let sender = Sender::new(args)?;
+    let mut picker = Picker::new(args, keys, source)?;
     let in_flight = Arc::new(AtomicUsize::new(0));
     let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed);
-    let start = Instant::now();
+    let start = sender.start;
     let end = start + Duration::from_secs(args.duration);
     let mut next = start;
     let (mut sent, mut overload) = (0u64, 0u64);
@@ -360,99 +495,58 @@ pub async fn run_with(
             overload += 1;
             continue;
         }
-        let doc = match (&mut stream, control.mix()) {
-            (Some(stream), mix) => {
-                stream.set_uniform(mix == TenantMix::Uniform);
-                stream_index += 1;
-                match body(stream.document(stream_index)) {
-                    Some(d) => d,
-                    None => continue,
-                }
-            }
-            (None, TenantMix::Size) => docs[rng.random_range(0..docs.len())].clone(),
-            (None, TenantMix::Uniform) => {
-                let list = &tenant_lists[rng.random_range(0..tenant_lists.len())];
-                docs[list[rng.random_range(0..list.len())]].clone()
-            }
+        let Some(doc) = picker.next(&mut rng, control.mix()) else {
+            continue;
         };
         sent += 1;
-        let (client, url, rec, in_flight) =
-            (client.clone(), url.clone(), rec.clone(), in_flight.clone());
+        let (sender, in_flight) = (sender.clone(), in_flight.clone());
         let intended = next;
         in_flight.fetch_add(1, Ordering::Relaxed);
         tasks.spawn(async move {
-            let result = client
-                .post(&url)
-                .bearer_auth(&doc.0)
-                .json(&doc.1)
-                .send()
-                .await;
-            let status = match result {
-                Ok(resp) => {
-                    let s = resp.status().as_u16().to_string();
-                    let _ = resp.bytes().await;
-                    s
-                }
-                Err(e) if e.is_timeout() => "client_timeout".to_string(),
-                Err(_) => "client_error".to_string(),
-            };
-            let micros = intended.elapsed().as_micros().max(1) as u64;
-            let second = intended.duration_since(start).as_secs();
-            let mut r = rec.lock().expect("recorder lock");
-            let ok = status == "200";
-            if ok {
-                let _ = r.ok.record(micros);
-            }
-            let _ = r.all.record(micros);
-            *r.by_status.entry(status).or_default() += 1;
-            let entry = r
-                .seconds
-                .entry(second)
-                .or_insert_with(|| (0, 0, 0, histogram()));
-            entry.0 += 1;
-            if ok {
-                entry.1 += 1;
-                if micros <= GOODPUT_BUDGET_US {
-                    entry.2 += 1;
-                }
-            }
-            let _ = entry.3.record(micros);
-            drop(r);
+            sender.send(doc, intended).await;
             in_flight.fetch_sub(1, Ordering::Relaxed);
         });
         // Reap finished tasks so the set does not grow with the run.
         while tasks.try_join_next().is_some() {}
     }
     while tasks.join_next().await.is_some() {}
+    Ok(sender.report(args, sent, overload))
+}
 
-    let r = rec.lock().expect("recorder lock");
-    let ok_count: u64 = r.by_status.get("200").copied().unwrap_or(0);
-    let elapsed = args.duration as f64;
-    Ok(LoadReport {
-        target_rate: args.rate,
-        duration_s: args.duration,
-        tenants: args.tenants,
-        sent,
-        client_overload: overload,
-        by_status: r.by_status.clone(),
-        achieved_rps: sent as f64 / elapsed,
-        ok_rps: ok_count as f64 / elapsed,
-        ok_latency_ms: percentiles(&r.ok),
-        all_latency_ms: percentiles(&r.all),
-        per_second: r
-            .seconds
-            .iter()
-            .map(|(s, (n, ok, good, h))| SecondSample {
-                second: *s,
-                sent: *n,
-                ok: *ok,
-                good: *good,
-                errors: n - ok,
-                p50_ms: h.value_at_quantile(0.5) as f64 / 1000.0,
-                p99_ms: h.value_at_quantile(0.99) as f64 / 1000.0,
-            })
-            .collect(),
-    })
+/// A closed-loop run: `concurrency` clients, each sending its next request as soon as the last
+/// one is answered, for `args.duration` seconds. It measures what the lab can serve at most —
+/// the calibration's capacity probe — and cannot storm: it slows down with the lab (which is
+/// exactly why the game days themselves are open loop).
+pub async fn run_closed(
+    args: &LoadArgs,
+    concurrency: usize,
+    keys: Vec<ApiKeyRecord>,
+    source: DocSource,
+) -> anyhow::Result<LoadReport> {
+    anyhow::ensure!(
+        (1..=1024).contains(&concurrency),
+        "closed-loop concurrency must be 1..=1024"
+    );
+    let sender = Sender::new(args)?;
+    let picker = Arc::new(Mutex::new(Picker::new(args, keys, source)?));
+    let end = sender.start + Duration::from_secs(args.duration);
+    let sent = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut workers = tokio::task::JoinSet::new();
+    for w in 0..concurrency {
+        let (sender, picker, sent) = (sender.clone(), picker.clone(), sent.clone());
+        let mix = args.tenants;
+        let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed.wrapping_add(w as u64));
+        workers.spawn(async move {
+            while Instant::now() < end {
+                let doc = picker.lock().expect("picker lock").next(&mut rng, mix);
+                let Some(doc) = doc else { continue };
+                sent.fetch_add(1, Ordering::Relaxed);
+                sender.send(doc, Instant::now()).await;
+            }
+        });
+    }
+    while workers.join_next().await.is_some() {}
+    Ok(sender.report(args, sent.load(Ordering::Relaxed), 0))
 }
 
 pub fn print(report: &LoadReport) {

@@ -10,9 +10,14 @@
 //! labctl flags list|get|set|reset|measure   runtime flags, and how fast a flip takes effect
 //! labctl tenants list|create-key|revoke      API keys (hashes only in the database)
 //! labctl gameday <scenario> --mode legacy|resilient   a scenario, scraped and summarized
+//! labctl replay [--mode both]        the main job: calibrate, replay the incident, verdicts
+//! labctl rollout restart <service>     a rolling restart (Argo's rollback: every cache cold)
+//! labctl scale <service> --replicas N  more (cold) replicas, joining the gateway's rotation
+//! labctl limits memory <service> 700M  a memory limit the kernel enforces (OOMKilled)
 //! ```
 
 mod backfill;
+mod cgroup;
 mod dbstatus;
 mod extract;
 mod flags;
@@ -20,7 +25,10 @@ mod gameday;
 mod kafka;
 mod lab;
 mod load;
+mod ops;
 mod remediate;
+#[cfg(test)]
+mod replay_test;
 mod seed;
 mod supervise;
 mod tenants;
@@ -110,6 +118,9 @@ enum Command {
     },
     /// Run a game-day scenario (load/scenarios/*.yaml) against the running lab and report.
     Gameday(gameday::GamedayArgs),
+    /// The lab's main job: calibrate, then replay the postmortem's morning from the real trigger
+    /// in both modes (fresh labs), with a verdict per step (load/scenarios/incident.yaml).
+    Replay(gameday::replay::ReplayArgs),
     /// The 03:00 locale backfill: autovacuum off, populate ~40% of rows, then widen the column
     /// (drops its statistics and invalidates every cached plan: the hot lookup flips).
     Backfill(BackfillCli),
@@ -124,6 +135,23 @@ enum Command {
     Kafka {
         #[command(subcommand)]
         command: kafka::KafkaCommand,
+    },
+    /// Rolling restart of a service's replicas (the postmortem's rollback: processes cycle,
+    /// caches start cold).
+    Rollout {
+        #[command(subcommand)]
+        command: ops::RolloutCommand,
+    },
+    /// Scale a service to N replicas (new ones cold, with their own connection slots).
+    Scale {
+        service: String,
+        #[arg(long)]
+        replicas: usize,
+    },
+    /// Resource limits of a service's replicas, enforced by the kernel (cgroups).
+    Limits {
+        #[command(subcommand)]
+        command: ops::LimitsCommand,
     },
     /// (internal) The supervisor process `labctl up` starts.
     #[command(hide = true)]
@@ -310,20 +338,27 @@ async fn main() -> anyhow::Result<()> {
                 state_dir: cli.state_dir.clone(),
                 data_dir: cli.data_dir.clone(),
             };
-            gameday::run(
-                &args,
-                &globals,
-                &cli.redis_url,
-                &cli.state_dir,
-                &cli.data_dir,
-                keys,
-            )
-            .await?;
+            gameday::run(&args, &globals, &cli.state_dir, keys).await?;
+        }
+        Command::Replay(args) => {
+            let keys = seed::read_api_keys(&cli.data_dir)?;
+            let globals = gameday::Globals {
+                database_url: cli.database_url.clone(),
+                redis_url: cli.redis_url.clone(),
+                state_dir: cli.state_dir.clone(),
+                data_dir: cli.data_dir.clone(),
+            };
+            gameday::replay::run(&args, &globals, keys).await?;
         }
         Command::Tenants { command } => tenants::run(command, &cli.database_url).await?,
         Command::Flags { command } => flags::run(command, &cli.redis_url, &cli.state_dir).await?,
         Command::Kafka { command } => kafka::run(command, &cli.state_dir).await?,
         Command::Supervise { plan } => supervise::supervise(&plan).await?,
+        Command::Rollout { command } => ops::rollout(&cli.state_dir, &command).await?,
+        Command::Scale { service, replicas } => {
+            ops::scale(&cli.state_dir, &service, replicas).await?
+        }
+        Command::Limits { command } => ops::limits(&cli.state_dir, &command).await?,
     }
     Ok(())
 }

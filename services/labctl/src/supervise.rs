@@ -47,8 +47,91 @@ pub struct ProcState {
     pub binary: String,
     pub port: u16,
     pub pid: Option<u32>,
+    /// Restarts after the replica exited on its own (crash, kill -9, OOM kill).
     pub restarts: u32,
     pub last_exit: Option<String>,
+    /// Deliberate restarts (`labctl rollout restart`): a new process with a cold cache, like a
+    /// new pod of a rollout. Not crashes.
+    #[serde(default)]
+    pub rollouts: u32,
+    /// Exits killed by the memory limit (the kernel's OOM killer in the replica's cgroup).
+    #[serde(default)]
+    pub oom_kills: u32,
+    /// The memory limit in force for this replica (bytes), if any.
+    #[serde(default)]
+    pub memory_limit_bytes: Option<u64>,
+}
+
+/// What `labctl` asks a running supervisor to do (`run/control/*.json`, one file a command).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Control {
+    /// Stop the replica gracefully (SIGTERM, its drain) and start it again at once: one step of a
+    /// rolling restart.
+    Restart { name: String },
+    /// Start a new replica.
+    Add { spec: ProcSpec },
+    /// Stop a replica for good.
+    Remove { name: String },
+    /// Put every replica of `binary` (those running and those started later) under a memory
+    /// limit (`None`: no limit).
+    MemoryLimit { binary: String, bytes: Option<u64> },
+}
+
+/// The control directory: labctl writes `cmd-<id>.json`, the supervisor executes it within a
+/// tick (200 ms), removes it and writes `done-<id>.json` with the outcome.
+pub fn control_dir(state_dir: &Path) -> PathBuf {
+    state_dir.join("run").join("control")
+}
+
+/// The supervisor's answer to one command.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Done {
+    pub ok: bool,
+    pub message: String,
+}
+
+/// Send `cmd` to the running supervisor and wait (bounded) for its answer.
+pub async fn send(state_dir: &Path, cmd: &Control) -> anyhow::Result<Done> {
+    let Some(state) = read_state(state_dir)? else {
+        bail!("no lab is up: start one with `labctl up`");
+    };
+    anyhow::ensure!(
+        process_alive(state.supervisor_pid),
+        "the lab's supervisor (pid {}) is gone; `labctl down` then `labctl up`",
+        state.supervisor_pid
+    );
+    let dir = control_dir(state_dir);
+    fs::create_dir_all(&dir)?;
+    let id = format!(
+        "{:020}-{}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .as_nanos(),
+        std::process::id()
+    );
+    let tmp = dir.join(format!("tmp-{id}.json"));
+    fs::write(&tmp, serde_json::to_vec(cmd)?)?;
+    fs::rename(&tmp, dir.join(format!("cmd-{id}.json")))?;
+    let done = dir.join(format!("done-{id}.json"));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(bytes) = fs::read(&done) {
+            let _ = fs::remove_file(&done);
+            return serde_json::from_slice(&bytes).context("reading the supervisor's answer");
+        }
+        if Instant::now() >= deadline {
+            bail!("the supervisor did not take the command within 10 s (see .lab/logs/supervisor.log)");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The file listing the URLs of every replica of `binary` the supervisor runs, one per line:
+/// the native lab's Endpoints object. The gateway re-reads it (`upstream.orchestrators_file`),
+/// so a scaled-up replica joins its rotation the way a Service gains endpoints.
+pub fn endpoints_file(state_dir: &Path, binary: &str) -> PathBuf {
+    state_dir.join("run").join(format!("endpoints-{binary}"))
 }
 
 pub fn state_file(state_dir: &Path) -> PathBuf {
@@ -76,6 +159,13 @@ fn write_state(state_dir: &Path, state: &State) -> anyhow::Result<()> {
 }
 
 pub fn process_alive(pid: u32) -> bool {
+    // Our own child (the supervisor, when `labctl replay` started the lab in-process) stays a
+    // zombie after it exits until we reap it, and a zombie still answers signal 0: reap first.
+    let mut status = 0;
+    let reaped = unsafe { libc::waitpid(pid as libc::pid_t, &mut status, libc::WNOHANG) };
+    if reaped == pid as libc::pid_t {
+        return false;
+    }
     // Signal 0 checks existence and permission without sending anything.
     unsafe { libc::kill(pid as libc::pid_t, 0) == 0 }
 }
@@ -120,6 +210,19 @@ struct Running {
     /// When to start again after an exit (crash-loop backoff).
     restart_at: Option<Instant>,
     backoff: Duration,
+    /// A deliberate stop is in progress: restart at once when it exits (`Restart`), or drop the
+    /// replica (`Remove`).
+    stopping: Option<Stopping>,
+    rollouts: u32,
+    oom_kills: u32,
+    /// The cgroup this replica's process is in, when a memory limit applies.
+    cgroup: Option<crate::cgroup::MemoryGroup>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stopping {
+    Restart,
+    Remove,
 }
 
 /// First restart delay after an exit. Kubernetes starts CrashLoopBackOff at 10 s; a lab that
@@ -132,19 +235,16 @@ const STABLE_AFTER: Duration = Duration::from_secs(30);
 /// The supervisor's main loop (runs until SIGTERM/SIGINT).
 pub async fn supervise(plan_path: &Path) -> anyhow::Result<()> {
     let plan: Plan = serde_json::from_slice(&fs::read(plan_path)?).context("reading the plan")?;
-    let mut procs: Vec<Running> = plan
-        .procs
-        .iter()
-        .cloned()
-        .map(|spec| Running {
-            spec,
-            child: None,
-            restarts: 0,
-            last_exit: None,
-            restart_at: Some(Instant::now()),
-            backoff: FIRST_BACKOFF,
-        })
-        .collect();
+    let mut procs: Vec<Running> = plan.procs.iter().cloned().map(Running::new).collect();
+    let mut memory_limits: BTreeMap<String, u64> = BTreeMap::new();
+    let control = control_dir(&plan.state_dir);
+    fs::create_dir_all(&control)?;
+    // Commands left from a previous supervisor are not ours.
+    for e in fs::read_dir(&control)?.flatten() {
+        let _ = fs::remove_file(e.path());
+    }
+    write_endpoints(&plan.state_dir, &procs)?;
+    crate::cgroup::remove_stale();
     let mut started_at: BTreeMap<String, Instant> = BTreeMap::new();
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut tick = tokio::time::interval(Duration::from_millis(200));
@@ -158,7 +258,7 @@ pub async fn supervise(plan_path: &Path) -> anyhow::Result<()> {
             _ = tokio::signal::ctrl_c() => break,
             _ = tick.tick() => {}
         }
-        let mut changed = false;
+        let mut changed = apply_commands(&plan, &control, &mut procs, &mut memory_limits)?;
         for p in procs.iter_mut() {
             if let Some(child) = p.child.as_mut() {
                 if let Some(status) = child.try_wait()? {
@@ -166,23 +266,52 @@ pub async fn supervise(plan_path: &Path) -> anyhow::Result<()> {
                         .get(&p.spec.name)
                         .map(|t| t.elapsed())
                         .unwrap_or_default();
-                    if up >= STABLE_AFTER {
-                        p.backoff = FIRST_BACKOFF;
-                    }
                     p.child = None;
-                    p.restarts += 1;
-                    p.last_exit = Some(describe(status));
-                    p.restart_at = Some(Instant::now() + p.backoff);
-                    log(
-                        "replica exited; restarting",
-                        &[
-                            ("replica", p.spec.name.clone()),
-                            ("exit", describe(status)),
-                            ("restarts", p.restarts.to_string()),
-                            ("restart_in_ms", p.backoff.as_millis().to_string()),
-                        ],
-                    );
-                    p.backoff = (p.backoff * 2).min(MAX_BACKOFF);
+                    let oom = p.cgroup.as_ref().is_some_and(|g| g.take_oom_kill());
+                    let exit = if oom {
+                        p.oom_kills += 1;
+                        format!("OOMKilled ({})", describe(status))
+                    } else {
+                        describe(status)
+                    };
+                    p.last_exit = Some(exit.clone());
+                    match p.stopping.take() {
+                        Some(Stopping::Restart) => {
+                            p.rollouts += 1;
+                            p.restart_at = Some(Instant::now());
+                            log(
+                                "replica stopped for a rollout; starting the new one",
+                                &[("replica", p.spec.name.clone()), ("exit", exit)],
+                            );
+                        }
+                        Some(Stopping::Remove) => {
+                            p.restart_at = None;
+                            if let Some(g) = p.cgroup.take() {
+                                g.remove();
+                            }
+                            log(
+                                "replica removed",
+                                &[("replica", p.spec.name.clone()), ("exit", exit)],
+                            );
+                        }
+                        None => {
+                            if up >= STABLE_AFTER {
+                                p.backoff = FIRST_BACKOFF;
+                            }
+                            p.restarts += 1;
+                            p.restart_at = Some(Instant::now() + p.backoff);
+                            log(
+                                "replica exited; restarting",
+                                &[
+                                    ("replica", p.spec.name.clone()),
+                                    ("exit", exit),
+                                    ("restarts", p.restarts.to_string()),
+                                    ("restart_in_ms", p.backoff.as_millis().to_string()),
+                                ],
+                            );
+                            p.backoff = (p.backoff * 2).min(MAX_BACKOFF);
+                        }
+                    }
                     changed = true;
                 }
             }
@@ -196,6 +325,9 @@ pub async fn supervise(plan_path: &Path) -> anyhow::Result<()> {
                                 ("pid", child.id().to_string()),
                             ],
                         );
+                        if let Some(limit) = memory_limits.get(&p.spec.binary) {
+                            p.cgroup = limit_memory(&p.spec.name, child.id(), *limit);
+                        }
                         started_at.insert(p.spec.name.clone(), Instant::now());
                         p.child = Some(child);
                         p.restart_at = None;
@@ -214,6 +346,13 @@ pub async fn supervise(plan_path: &Path) -> anyhow::Result<()> {
                 }
                 changed = true;
             }
+        }
+        // Removed replicas that have exited leave the plan.
+        let before = procs.len();
+        procs.retain(|p| !(p.child.is_none() && p.restart_at.is_none() && p.stopping.is_none()));
+        if procs.len() != before {
+            write_endpoints(&plan.state_dir, &procs)?;
+            changed = true;
         }
         if changed {
             write_state(&plan.state_dir, &snapshot(&procs))?;
@@ -277,8 +416,212 @@ pub async fn supervise(plan_path: &Path) -> anyhow::Result<()> {
             }
         }
     }
+    for p in &procs {
+        if let Some(g) = &p.cgroup {
+            g.remove();
+        }
+    }
     let _ = fs::remove_file(state_file(&plan.state_dir));
     log("supervisor stopped", &[]);
+    Ok(())
+}
+
+impl Running {
+    fn new(spec: ProcSpec) -> Self {
+        Running {
+            spec,
+            child: None,
+            restarts: 0,
+            last_exit: None,
+            restart_at: Some(Instant::now()),
+            backoff: FIRST_BACKOFF,
+            stopping: None,
+            rollouts: 0,
+            oom_kills: 0,
+            cgroup: None,
+        }
+    }
+}
+
+/// Execute the commands waiting in `control`, oldest first; `true` when something changed.
+fn apply_commands(
+    plan: &Plan,
+    control: &Path,
+    procs: &mut Vec<Running>,
+    memory_limits: &mut BTreeMap<String, u64>,
+) -> anyhow::Result<bool> {
+    let mut files: Vec<PathBuf> = fs::read_dir(control)?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("cmd-") && n.ends_with(".json"))
+        })
+        .collect();
+    files.sort();
+    let mut changed = false;
+    for path in files {
+        let id = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .map(|n| {
+                n.trim_start_matches("cmd-")
+                    .trim_end_matches(".json")
+                    .to_string()
+            })
+            .unwrap_or_default();
+        let outcome = match fs::read(&path)
+            .map_err(anyhow::Error::from)
+            .and_then(|b| serde_json::from_slice::<Control>(&b).map_err(Into::into))
+        {
+            Ok(cmd) => {
+                log("command", &[("command", format!("{cmd:?}"))]);
+                apply(plan, &cmd, procs, memory_limits)
+            }
+            Err(e) => Err(e),
+        };
+        let _ = fs::remove_file(&path);
+        let done = match outcome {
+            Ok(message) => {
+                changed = true;
+                Done { ok: true, message }
+            }
+            Err(e) => Done {
+                ok: false,
+                message: format!("{e:#}"),
+            },
+        };
+        fs::write(
+            control.join(format!("done-{id}.json")),
+            serde_json::to_vec(&done)?,
+        )?;
+    }
+    if changed {
+        write_endpoints(&plan.state_dir, procs)?;
+    }
+    Ok(changed)
+}
+
+fn apply(
+    plan: &Plan,
+    cmd: &Control,
+    procs: &mut Vec<Running>,
+    memory_limits: &mut BTreeMap<String, u64>,
+) -> anyhow::Result<String> {
+    let find = |procs: &mut Vec<Running>, name: &str| -> anyhow::Result<usize> {
+        procs
+            .iter()
+            .position(|p| p.spec.name == *name)
+            .with_context(|| format!("no replica named {name}"))
+    };
+    match cmd {
+        Control::Restart { name } | Control::Remove { name } => {
+            let i = find(procs, name)?;
+            let p = &mut procs[i];
+            let how = if matches!(cmd, Control::Restart { .. }) {
+                Stopping::Restart
+            } else {
+                Stopping::Remove
+            };
+            match p.child.as_ref() {
+                Some(c) => {
+                    p.stopping = Some(how);
+                    signal(c.id(), libc::SIGTERM);
+                    Ok(format!("{name}: SIGTERM sent (pid {})", c.id()))
+                }
+                None => {
+                    // Not running (crash-loop backoff): start now, or drop it.
+                    match how {
+                        Stopping::Restart => p.restart_at = Some(Instant::now()),
+                        Stopping::Remove => p.restart_at = None,
+                    }
+                    Ok(format!("{name}: was not running"))
+                }
+            }
+        }
+        Control::Add { spec } => {
+            anyhow::ensure!(
+                !procs
+                    .iter()
+                    .any(|p| p.spec.name == spec.name || p.spec.port == spec.port),
+                "a replica named {} or on port {} exists already",
+                spec.name,
+                spec.port
+            );
+            anyhow::ensure!(
+                plan.bin_dir.join(&spec.binary).exists(),
+                "{} not found in {}",
+                spec.binary,
+                plan.bin_dir.display()
+            );
+            procs.push(Running::new(spec.clone()));
+            Ok(format!("{} added on port {}", spec.name, spec.port))
+        }
+        Control::MemoryLimit { binary, bytes } => {
+            match bytes {
+                Some(b) => {
+                    crate::cgroup::available()?;
+                    memory_limits.insert(binary.clone(), *b);
+                }
+                None => {
+                    memory_limits.remove(binary);
+                }
+            }
+            let mut n = 0;
+            for p in procs.iter_mut().filter(|p| p.spec.binary == *binary) {
+                match (bytes, p.child.as_ref()) {
+                    (Some(b), Some(c)) => {
+                        p.cgroup = limit_memory(&p.spec.name, c.id(), *b);
+                        n += 1;
+                    }
+                    (None, _) => {
+                        if let Some(g) = &p.cgroup {
+                            g.set_limit(None)?;
+                        }
+                        n += 1;
+                    }
+                    _ => {}
+                }
+            }
+            Ok(match bytes {
+                Some(b) => format!("{binary}: memory limit {} MiB on {n} replicas", b >> 20),
+                None => format!("{binary}: memory limit removed on {n} replicas"),
+            })
+        }
+    }
+}
+
+/// Put `pid` in the replica's memory cgroup with `limit`; logs and gives up (no limit) on error.
+fn limit_memory(name: &str, pid: u32, limit: u64) -> Option<crate::cgroup::MemoryGroup> {
+    match crate::cgroup::MemoryGroup::create(name, limit).and_then(|g| g.add(pid).map(|_| g)) {
+        Ok(g) => Some(g),
+        Err(e) => {
+            log(
+                "cannot apply the memory limit",
+                &[("replica", name.to_string()), ("error", format!("{e:#}"))],
+            );
+            None
+        }
+    }
+}
+
+/// Rewrite the endpoints files (one per binary) from the replicas the supervisor runs or will
+/// run (a replica being removed is already gone from them).
+fn write_endpoints(state_dir: &Path, procs: &[Running]) -> anyhow::Result<()> {
+    let mut by_binary: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for p in procs {
+        let list = by_binary.entry(p.spec.binary.as_str()).or_default();
+        if p.stopping != Some(Stopping::Remove) && (p.child.is_some() || p.restart_at.is_some()) {
+            list.push(format!("http://127.0.0.1:{}", p.spec.port));
+        }
+    }
+    for (binary, urls) in by_binary {
+        let path = endpoints_file(state_dir, binary);
+        let tmp = path.with_extension("tmp");
+        fs::write(&tmp, urls.join("\n") + "\n")?;
+        fs::rename(&tmp, &path)?;
+    }
     Ok(())
 }
 
@@ -294,6 +637,9 @@ fn snapshot(procs: &[Running]) -> State {
                 pid: p.child.as_ref().map(Child::id),
                 restarts: p.restarts,
                 last_exit: p.last_exit.clone(),
+                rollouts: p.rollouts,
+                oom_kills: p.oom_kills,
+                memory_limit_bytes: p.cgroup.as_ref().and_then(|g| g.limit()),
             })
             .collect(),
     }

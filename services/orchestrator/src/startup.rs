@@ -195,10 +195,12 @@ async fn warm_up(
 fn readiness_check(entity: Arc<EntityClients>) -> lab_core::health::ReadinessCheck {
     Arc::new(move || {
         let flags = entity.flags().snapshot();
+        // follow-mode: deep while the fleet runs the legacy code — until the hotfix is rolled
+        // out to every request (hotfix.canary_percent = 100), whose readiness is shallow.
         let deep = match flags.variant("readiness.depth") {
             "deep" => true,
             "shallow" => false,
-            _ => mode(&flags) == Mode::Legacy,
+            _ => mode(&flags) == Mode::Legacy && flags.number("hotfix.canary_percent") < 100.0,
         };
         if !deep {
             return None;

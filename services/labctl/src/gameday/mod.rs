@@ -6,6 +6,8 @@
 //! shaped like the postmortem's Performance Comparison (one column per phase). Everything — the
 //! per-second series, the summary, the load report — is written as JSON and Markdown.
 
+pub mod engine;
+pub mod replay;
 pub mod report;
 pub mod scenario;
 pub mod scrape;
@@ -17,10 +19,10 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use serde::Serialize;
 
-use crate::load::{self, DocSource, Docs, LoadArgs, RateControl, TenantMix};
+use crate::load::{self, TenantMix};
 use crate::seed::ApiKeyRecord;
 use crate::supervise;
-use scrape::{Series, Target, Tick};
+use scrape::Target;
 use targets::parse_targets;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
@@ -30,7 +32,7 @@ pub enum Mode {
 }
 
 impl Mode {
-    fn variant(self) -> &'static str {
+    pub fn variant(self) -> &'static str {
         match self {
             Mode::Legacy => "legacy",
             Mode::Resilient => "resilient",
@@ -80,21 +82,13 @@ struct Report<'a> {
     mode: Mode,
     extra_flags: &'a [String],
     targets: &'a [Target],
-    phases: Vec<PhaseReport>,
+    phases: &'a [engine::PhaseReport],
     expectations: Vec<ExpectationResult>,
     /// The run's own bookkeeping: sent = answered by status, 5xx = sum of origins.
-    consistency: Vec<report::Check>,
+    consistency: &'a [report::Check],
+    actions: &'a [engine::Action],
     load: &'a load::LoadReport,
     restarts_during_run: u32,
-}
-
-#[derive(Serialize)]
-struct PhaseReport {
-    name: String,
-    seconds: u64,
-    summary: report::PhaseSummary,
-    /// The gateway's 5xx in this phase by the error-table row that decided them.
-    errors_5xx_by_origin: std::collections::BTreeMap<String, f64>,
 }
 
 #[derive(Serialize, Clone)]
@@ -117,7 +111,7 @@ pub struct Globals {
 }
 
 /// Start `labctl <cmd>` with the same globals; its output goes to the game day's log file.
-fn spawn_labctl(g: &Globals, cmd: &str, log: &Path) -> anyhow::Result<tokio::process::Child> {
+pub fn spawn_labctl(g: &Globals, cmd: &str, log: &Path) -> anyhow::Result<tokio::process::Child> {
     let exe = std::env::current_exe().context("locating labctl itself")?;
     let out = std::fs::OpenOptions::new()
         .create(true)
@@ -140,36 +134,10 @@ fn spawn_labctl(g: &Globals, cmd: &str, log: &Path) -> anyhow::Result<tokio::pro
         .with_context(|| format!("starting labctl {cmd}"))
 }
 
-/// Run `cmds` one after another (a phase's `run:` list), logging each exit.
-fn run_in_background(
-    g: Globals,
-    cmds: Vec<String>,
-    log: PathBuf,
-    t0: Instant,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        for cmd in cmds {
-            println!("  t={:5.1}s run: labctl {cmd}", t0.elapsed().as_secs_f64());
-            match spawn_labctl(&g, &cmd, &log) {
-                Ok(mut child) => match child.wait().await {
-                    Ok(st) => println!(
-                        "  t={:5.1}s done: labctl {cmd} ({st})",
-                        t0.elapsed().as_secs_f64()
-                    ),
-                    Err(e) => println!("  labctl {cmd}: {e}"),
-                },
-                Err(e) => println!("  labctl {cmd}: {e:#}"),
-            }
-        }
-    })
-}
-
 pub async fn run(
     args: &GamedayArgs,
     globals: &Globals,
-    redis_url: &str,
     state_dir: &Path,
-    data_dir: &Path,
     keys: Vec<ApiKeyRecord>,
 ) -> anyhow::Result<()> {
     let sc = scenario::load(&args.scenario)?;
@@ -185,88 +153,25 @@ pub async fn run(
         }
         extra.push((flag.to_string(), variant.to_string()));
     }
-    let (targets, restarts_before) = match &args.targets {
-        Some(list) => (parse_targets(list).await?, 0),
-        None => {
-            let Some(state) = supervise::read_state(state_dir)? else {
-                bail!("no lab is up: start one with `labctl up` (or name the replicas with --targets)");
-            };
-            let targets: Vec<Target> = state
-                .procs
-                .iter()
-                .map(|p| Target {
-                    service: p.binary.clone(),
-                    replica: p.name.clone(),
-                    url: format!("http://127.0.0.1:{}", p.port),
-                })
-                .collect();
-            (targets, state.procs.iter().map(|p| p.restarts).sum::<u32>())
-        }
+    let targets = match &args.targets {
+        Some(list) => engine::TargetSource::Fixed(parse_targets(list).await?),
+        None => engine::TargetSource::Native(state_dir.to_path_buf()),
     };
-    let store = lab_flags::Store::new(redis_url)?;
-    let http = scrape::client();
-
-    // The starting point: every flag at its default, then the mode and the run's extra flags.
-    store
-        .reset()
-        .await
-        .context("resetting flags (is Redis up? scripts/deps.sh)")?;
-    store.set("client.mode", args.mode.variant()).await?;
-    for (f, v) in &extra {
-        store.set(f, v).await?;
-    }
-    wait_applied(&http, &targets, "client.mode", args.mode.variant()).await?;
-    println!(
-        "game day {} in {} mode: {} phases, {} s, {:.0} rps base rate",
-        sc.name,
-        args.mode.variant(),
-        sc.phases.len(),
-        sc.total_seconds(),
-        args.rate.unwrap_or(sc.rate)
-    );
-
+    let restarts = || -> anyhow::Result<u32> {
+        Ok(match &args.targets {
+            Some(_) => 0,
+            None => supervise::read_state(state_dir)?
+                .map(|s| s.procs.iter().map(|p| p.restarts).sum())
+                .unwrap_or(0),
+        })
+    };
+    let restarts_before = restarts()?;
     let base_rate = args.rate.unwrap_or(sc.rate);
-    let control = RateControl::new(sc.phases[0].rate.unwrap_or(base_rate))?;
-    let load_args = LoadArgs {
-        gateway: args.gateway.clone(),
-        rate: control.get(),
-        duration: sc.total_seconds(),
-        timeout_ms: 10_000,
-        tenants: args.tenants.unwrap_or(if sc.tenants == "uniform" {
-            TenantMix::Uniform
-        } else {
-            TenantMix::Size
-        }),
-        max_in_flight: 10_000,
-        seed: args.seed,
-        out: None,
-        docs: Docs::Stream,
-    };
-    let source = DocSource::open(Docs::Stream, data_dir, load_args.tenants)?;
-    // The baseline: every counter as it stood before the first request of this run, so the
-    // run's totals (and its consistency checks) start from zero exactly.
-    let baseline = scrape::scrape_all(&http, &targets).await;
-    let started = Instant::now();
-    let load_task = {
-        let (a, c) = (load_args.clone(), control.clone());
-        tokio::spawn(async move { load::run_with(&a, c, keys, source).await })
-    };
-
-    // Phase timeline and the 1 s scrape loop.
-    let mut ticks: Vec<Tick> = vec![Tick {
-        t: 0.0,
-        phase: 0,
-        scrapes: baseline,
-    }];
-    let mut phase_starts = Vec::new();
-    let mut acc = 0u64;
-    for p in &sc.phases {
-        phase_starts.push(acc as f64);
-        acc += p.seconds;
-    }
-    let end = sc.total_seconds() as f64 + sc.settle_seconds as f64;
-    let mut current = usize::MAX;
-    let mut next_tick = started;
+    anyhow::ensure!(
+        base_rate > 0.0,
+        "scenario {} has no rate of its own: pass --rate",
+        sc.name
+    );
     let out = args.out.clone().unwrap_or_else(|| {
         let ts = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -276,89 +181,25 @@ pub async fn run(
             .join("reports")
             .join(format!("gameday-{}-{}-{ts}", sc.name, args.mode.variant()))
     });
-    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
-    let actions_log = out.join("actions.log");
-    let mut actions = Vec::new();
-    loop {
-        let t = started.elapsed().as_secs_f64();
-        if t > end {
-            break;
-        }
-        let phase = phase_starts.iter().rposition(|s| *s <= t).unwrap_or(0);
-        if phase != current {
-            current = phase;
-            let p = &sc.phases[phase];
-            for (f, v) in &p.flags {
-                store.set(f, v).await?;
-            }
-            control.set(p.rate.unwrap_or(base_rate))?;
-            if !p.run.is_empty() {
-                actions.push(run_in_background(
-                    globals.clone(),
-                    p.run.clone(),
-                    actions_log.clone(),
-                    started,
-                ));
-            }
-            println!(
-                "  t={t:5.1}s phase {:<10} {:>4} s at {:.0} rps {}",
-                p.name,
-                p.seconds,
-                control.get(),
-                if p.flags.is_empty() {
-                    String::new()
-                } else {
-                    format!("flags {:?}", p.flags)
-                }
-            );
-        }
-        let scrapes = scrape::scrape_all(&http, &targets).await;
-        ticks.push(Tick { t, phase, scrapes });
-        next_tick += Duration::from_secs(1);
-        tokio::time::sleep_until(next_tick.into()).await;
-    }
-    let load_report = load_task.await.context("load generator panicked")??;
-    store.reset().await?;
-    for a in actions {
-        let _ = a.await;
-    }
-    if !sc.cleanup.is_empty() {
-        run_in_background(
-            globals.clone(),
-            sc.cleanup.clone(),
-            actions_log.clone(),
-            started,
-        )
-        .await
-        .ok();
-    }
-
-    // Summaries.
-    let series = Series {
-        targets: &targets,
-        ticks: &ticks,
+    let tenants = args.tenants.unwrap_or(if sc.tenants == "uniform" {
+        TenantMix::Uniform
+    } else {
+        TenantMix::Size
+    });
+    let run = engine::Run {
+        scenario: &sc,
+        mode: args.mode,
+        rate: base_rate,
+        tenants,
+        extra_flags: &extra,
+        gateway: args.gateway.clone(),
+        targets,
+        seed: args.seed,
+        out: out.clone(),
+        time_scale: 1.0,
     };
-    let mut phases = Vec::new();
-    for (i, p) in sc.phases.iter().enumerate() {
-        let secs = p.seconds as f64;
-        let summary = report::summarize(&series, i, secs, &load_report.per_second, phase_starts[i]);
-        phases.push(PhaseReport {
-            name: p.name.clone(),
-            seconds: p.seconds,
-            summary,
-            errors_5xx_by_origin: report::origins(&series, i),
-        });
-    }
-    if let Some(first) = phases
-        .first()
-        .and_then(|p| p.summary.get("amplification").copied())
-    {
-        for p in phases.iter_mut() {
-            if let Some(a) = p.summary.get("amplification").copied() {
-                p.summary.insert("amplification_ratio".into(), a / first);
-            }
-        }
-    }
+    let outcome = engine::execute(&run, globals, keys).await?;
+    let phases = &outcome.phases;
     let expectations: Vec<ExpectationResult> = sc
         .expect
         .get(args.mode.variant())
@@ -385,12 +226,7 @@ pub async fn run(
                 .collect()
         })
         .unwrap_or_default();
-    let restarts_after: u32 = match &args.targets {
-        Some(_) => restarts_before,
-        None => supervise::read_state(state_dir)?
-            .map(|s| s.procs.iter().map(|p| p.restarts).sum())
-            .unwrap_or(restarts_before),
-    };
+    let restarts_after = restarts()?.max(restarts_before);
 
     let title = format!(
         "{} — {} mode{} ({:.0} rps base, {} tenant mix)",
@@ -402,7 +238,7 @@ pub async fn run(
             format!(", flags {}", args.flags.join(" "))
         },
         base_rate,
-        match load_args.tenants {
+        match tenants {
             TenantMix::Uniform => "uniform",
             TenantMix::Size => "size",
         }
@@ -410,7 +246,6 @@ pub async fn run(
     let phase_names: Vec<(String, u64)> =
         phases.iter().map(|p| (p.name.clone(), p.seconds)).collect();
     let summaries: Vec<report::PhaseSummary> = phases.iter().map(|p| p.summary.clone()).collect();
-    let consistency = report::consistency(&series, &load_report);
     let mut md = report::markdown(&title, &phase_names, &summaries);
     let per_phase_origins: Vec<_> = phases
         .iter()
@@ -419,13 +254,13 @@ pub async fn run(
     md.push_str(&report::origins_markdown(
         &phase_names,
         &per_phase_origins,
-        &consistency,
+        &outcome.consistency,
     ));
     md.push_str(&format!(
         "\nLoad: {} sent, by status {:?}. Replica restarts during the run: {}.\n",
-        load_report.sent,
-        load_report.by_status,
-        restarts_after.saturating_sub(restarts_before)
+        outcome.load.sent,
+        outcome.load.by_status,
+        restarts_after - restarts_before
     ));
     if !expectations.is_empty() {
         md.push_str("\nExpectations for this mode:\n\n");
@@ -442,26 +277,34 @@ pub async fn run(
         }
     }
     println!("\n{md}");
-
     let report = Report {
         scenario: &sc,
         mode: args.mode,
         extra_flags: &args.flags,
-        targets: &targets,
+        targets: &outcome.targets,
         phases,
         expectations: expectations.clone(),
-        consistency: consistency.clone(),
-        load: &load_report,
-        restarts_during_run: restarts_after.saturating_sub(restarts_before),
+        consistency: &outcome.consistency,
+        actions: &outcome.actions,
+        load: &outcome.load,
+        restarts_during_run: restarts_after - restarts_before,
     };
     std::fs::write(
         out.join("summary.json"),
         serde_json::to_vec_pretty(&report)?,
     )?;
     std::fs::write(out.join("summary.md"), &md)?;
-    write_series(&out.join("series.jsonl"), &targets, &ticks)?;
     println!("report written to {}", out.display());
-    let broken: Vec<&str> = consistency
+    fail_on_inconsistency(&outcome.consistency, &out)?;
+    if args.strict && expectations.iter().any(|e| !e.ok) {
+        bail!("expectations not met (see above)");
+    }
+    Ok(())
+}
+
+/// A run whose own counts do not add up fails, loudly, after writing its report.
+pub fn fail_on_inconsistency(checks: &[report::Check], out: &Path) -> anyhow::Result<()> {
+    let broken: Vec<&str> = checks
         .iter()
         .filter(|c| !c.ok)
         .map(|c| c.name.as_str())
@@ -475,14 +318,11 @@ pub async fn run(
             out.display()
         );
     }
-    if args.strict && expectations.iter().any(|e| !e.ok) {
-        bail!("expectations not met (see above)");
-    }
     Ok(())
 }
 
 /// Wait (bounded) until every target reports `flag = variant`.
-async fn wait_applied(
+pub async fn wait_applied(
     http: &reqwest::Client,
     targets: &[Target],
     flag: &str,
@@ -506,30 +346,4 @@ async fn wait_applied(
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-}
-
-/// The raw series, one JSON line per tick: `{t, phase, replicas: {name: {series: value}}}`.
-fn write_series(path: &Path, targets: &[Target], ticks: &[Tick]) -> anyhow::Result<()> {
-    use std::io::Write;
-    let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
-    for tick in ticks {
-        let replicas: serde_json::Map<String, serde_json::Value> = targets
-            .iter()
-            .zip(&tick.scrapes)
-            .map(|(t, s)| {
-                (
-                    t.replica.clone(),
-                    s.as_ref()
-                        .map(|m| serde_json::to_value(m).unwrap_or_default())
-                        .unwrap_or(serde_json::Value::Null),
-                )
-            })
-            .collect();
-        writeln!(
-            f,
-            "{}",
-            serde_json::json!({"t": tick.t, "phase": tick.phase, "replicas": replicas})
-        )?;
-    }
-    Ok(())
 }

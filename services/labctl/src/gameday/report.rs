@@ -65,7 +65,17 @@ pub const ROWS: &[(&str, &str, &str)] = &[
         "%",
     ),
     ("error_5xx_pct", "Error rate (5xx at the gateway)", "%"),
+    (
+        "offered_rps",
+        "Offered load (requests sent per second)",
+        "rps",
+    ),
     ("goodput_rps", "Goodput (200 within 3 s, per second)", "rps"),
+    (
+        "goodput_pct",
+        "Goodput share of the offered load (200 within 3 s)",
+        "%",
+    ),
     ("cache_hit_pct", "Orchestrator cache hit rate", "%"),
     (
         "orchestrator_tasks_max",
@@ -76,6 +86,26 @@ pub const ROWS: &[(&str, &str, &str)] = &[
         "orchestrator_rss_mb_max",
         "orchestrator memory (max RSS per replica)",
         "MB",
+    ),
+    (
+        "orchestrator_replicas_max",
+        "orchestrator replicas running (max)",
+        "",
+    ),
+    (
+        "oom_kills",
+        "orchestrator replicas OOMKilled (the memory limit's kernel kills)",
+        "",
+    ),
+    (
+        "rollouts",
+        "orchestrator replicas replaced by a rollout (deliberate restarts)",
+        "",
+    ),
+    (
+        "crash_restarts",
+        "Replicas restarted after exiting on their own (crash, kill, OOM)",
+        "",
     ),
     (
         "orchestrator_cpu_cores",
@@ -313,6 +343,42 @@ pub fn summarize(
         .map(|x| x.good)
         .sum();
     put("goodput_rps", Some(good as f64 / seconds));
+    let offered: u64 = load
+        .iter()
+        .filter(|x| {
+            let t = x.second as f64;
+            t >= phase_start && t < phase_start + seconds
+        })
+        .map(|x| x.sent)
+        .sum();
+    put("offered_rps", Some(offered as f64 / seconds));
+    if offered > 0 {
+        put("goodput_pct", Some(100.0 * good as f64 / offered as f64));
+    }
+    // The native lab's supervisor (absent for labs labctl did not start).
+    if s.targets
+        .iter()
+        .any(|t| t.service == super::engine::SUPERVISOR)
+    {
+        let orch = |l: &str| super::scrape::label(l, "binary") == Some("orchestrator");
+        let sup = super::engine::SUPERVISOR;
+        put(
+            "orchestrator_replicas_max",
+            s.gauge(phase, sup, "lab_supervisor_replicas", orch, true, max),
+        );
+        put(
+            "oom_kills",
+            Some(s.increase(phase, sup, "lab_supervisor_oom_kills_total", orch)),
+        );
+        put(
+            "rollouts",
+            Some(s.increase(phase, sup, "lab_supervisor_rollouts_total", orch)),
+        );
+        put(
+            "crash_restarts",
+            Some(s.increase(phase, sup, "lab_supervisor_restarts_total", all)),
+        );
+    }
     put(
         "orchestrator_tasks_max",
         s.gauge(phase, "orchestrator", "tokio_alive_tasks", all, true, max),
@@ -424,7 +490,8 @@ pub fn summarize(
     out
 }
 
-fn fmt(v: Option<&f64>, unit: &str) -> String {
+/// A value as the tables print it, by unit.
+pub fn fmt_value(v: Option<&f64>, unit: &str) -> String {
     match v {
         None => "—".into(),
         Some(v) => match unit {
@@ -455,7 +522,7 @@ pub fn markdown(title: &str, phases: &[(String, u64)], summaries: &[PhaseSummary
         }
         md.push_str(&format!("| {label} |"));
         for s in summaries {
-            md.push_str(&format!(" {} |", fmt(s.get(*key), unit)));
+            md.push_str(&format!(" {} |", fmt_value(s.get(*key), unit)));
         }
         md.push('\n');
     }

@@ -58,10 +58,113 @@ pub struct Phase {
     /// 03:00 backfill.
     #[serde(default)]
     pub run: Vec<String>,
+    /// The postmortem's line this phase replays (the replay's timeline table).
+    #[serde(default)]
+    pub postmortem: Option<Postmortem>,
+    /// What the lab must show in this phase for the postmortem's observation to count as
+    /// reproduced, by mode (`legacy`, `resilient`).
+    #[serde(default)]
+    pub verdict: BTreeMap<String, Vec<VerdictCheck>>,
 }
 
-/// labctl subcommands a scenario may run: the database trigger and its remediation.
-pub const RUNNABLE: &[&str] = &["backfill", "remediate", "db"];
+/// One line of the postmortem's timeline.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Postmortem {
+    /// Its clock time (`10:07`).
+    pub time: String,
+    /// What the postmortem says happened, in its words.
+    pub observation: String,
+}
+
+/// One measurable condition of a verdict: `metric` in this phase, against its value in the
+/// phase `vs` (default: the previous one). Every condition given must hold.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct VerdictCheck {
+    pub metric: String,
+    #[serde(default)]
+    pub vs: Option<String>,
+    /// More than 10% above the reference.
+    #[serde(default)]
+    pub rises: bool,
+    /// More than 10% below the reference.
+    #[serde(default)]
+    pub falls: bool,
+    #[serde(default)]
+    pub min: Option<f64>,
+    #[serde(default)]
+    pub max: Option<f64>,
+    /// `value / reference` at least this.
+    #[serde(default)]
+    pub min_ratio: Option<f64>,
+    /// `value / reference` at most this.
+    #[serde(default)]
+    pub max_ratio: Option<f64>,
+}
+
+impl VerdictCheck {
+    fn needs_reference(&self) -> bool {
+        self.rises || self.falls || self.min_ratio.is_some() || self.max_ratio.is_some()
+    }
+
+    /// Does `value` (against `reference`) satisfy every condition? `None` when a value needed is
+    /// missing (the metric was not measured).
+    pub fn holds(&self, value: Option<f64>, reference: Option<f64>) -> Option<bool> {
+        let v = value?;
+        let mut ok = true;
+        if let Some(m) = self.min {
+            ok &= v >= m;
+        }
+        if let Some(m) = self.max {
+            ok &= v <= m;
+        }
+        if self.needs_reference() {
+            let r = reference?;
+            if self.rises {
+                ok &= v > r * 1.1 + 1e-9;
+            }
+            if self.falls {
+                ok &= v < r / 1.1 - 1e-9;
+            }
+            if let Some(x) = self.min_ratio {
+                ok &= r > 0.0 && v / r >= x;
+            }
+            if let Some(x) = self.max_ratio {
+                ok &= if r > 0.0 { v / r <= x } else { v <= 0.0 };
+            }
+        }
+        Some(ok)
+    }
+
+    /// The condition in words (`rises`, `≥ 2× steady`, `in [0.5, 10]`).
+    pub fn describe(&self, reference_phase: &str) -> String {
+        let mut parts = Vec::new();
+        if self.rises {
+            parts.push(format!("rises vs {reference_phase}"));
+        }
+        if self.falls {
+            parts.push(format!("falls vs {reference_phase}"));
+        }
+        if let Some(x) = self.min_ratio {
+            parts.push(format!("≥ {x}× {reference_phase}"));
+        }
+        if let Some(x) = self.max_ratio {
+            parts.push(format!("≤ {x}× {reference_phase}"));
+        }
+        match (self.min, self.max) {
+            (Some(a), Some(b)) => parts.push(format!("in [{a}, {b}]")),
+            (Some(a), None) => parts.push(format!("≥ {a}")),
+            (None, Some(b)) => parts.push(format!("≤ {b}")),
+            _ => {}
+        }
+        format!("{} {}", self.metric, parts.join(", "))
+    }
+}
+
+/// labctl subcommands a scenario may run: the database trigger and its remediation, and the
+/// operations of the postmortem's timeline (rollback = rollout restart, scale-up, memory limits).
+pub const RUNNABLE: &[&str] = &["backfill", "remediate", "db", "rollout", "scale", "limits"];
 
 /// `metric: {phase, min, max}`: the summary's `metric` in `phase` must fall in [min, max].
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -114,6 +217,9 @@ impl Scenario {
             bail!("tenants: {:?} is not size or uniform", self.tenants);
         }
         let total: u64 = self.phases.iter().map(|p| p.seconds).sum();
+        if self.rate < 0.0 {
+            bail!("rate must be >= 0 (0: chosen by `labctl replay`'s calibration, or --rate)");
+        }
         if total == 0 || total > 3_600 {
             bail!("phases must last 1..=3600 s in all (bounded game days), not {total}");
         }
@@ -130,9 +236,49 @@ impl Scenario {
                 );
             }
         }
-        for p in &self.phases {
+        let known: Vec<&str> = super::report::ROWS.iter().map(|r| r.0).collect();
+        for (i, p) in self.phases.iter().enumerate() {
             if p.seconds == 0 {
                 bail!("phase {}: seconds must be at least 1", p.name);
+            }
+            if self.phases[..i].iter().any(|q| q.name == p.name) {
+                bail!("phase {}: two phases share this name", p.name);
+            }
+            for (mode, checks) in &p.verdict {
+                if !["legacy", "resilient"].contains(&mode.as_str()) {
+                    bail!("phase {}: verdict for unknown mode {mode:?}", p.name);
+                }
+                for c in checks {
+                    if !known.contains(&c.metric.as_str()) {
+                        bail!(
+                            "phase {}: verdict metric {:?} is not a row of the report ({})",
+                            p.name,
+                            c.metric,
+                            known.join(", ")
+                        );
+                    }
+                    let any = c.needs_reference() || c.min.is_some() || c.max.is_some();
+                    if !any {
+                        bail!(
+                            "phase {}: verdict on {} states no condition",
+                            p.name,
+                            c.metric
+                        );
+                    }
+                    if c.needs_reference() {
+                        match &c.vs {
+                            Some(v) if !self.phases[..i].iter().any(|q| &q.name == v) => bail!(
+                                "phase {}: verdict vs {v:?}: no earlier phase of that name",
+                                p.name
+                            ),
+                            None if i == 0 => bail!(
+                                "phase {}: the first phase has no previous one to compare with",
+                                p.name
+                            ),
+                            _ => {}
+                        }
+                    }
+                }
             }
             for (flag, variant) in &p.flags {
                 defs.check(flag, variant)
@@ -158,8 +304,12 @@ impl Scenario {
         Ok(())
     }
 
-    pub fn total_seconds(&self) -> u64 {
-        self.phases.iter().map(|p| p.seconds).sum()
+    /// The phase a verdict check of phase `i` compares with.
+    pub fn reference(&self, i: usize, check: &VerdictCheck) -> Option<usize> {
+        match &check.vs {
+            Some(name) => self.phases.iter().position(|p| &p.name == name),
+            None => i.checked_sub(1),
+        }
     }
 }
 
@@ -182,6 +332,80 @@ mod tests {
             n >= 3,
             "dependency-dead, black-hole and slow-dependency at least"
         );
+    }
+
+    fn check(yaml: &str) -> VerdictCheck {
+        serde_norway::from_str(yaml).unwrap()
+    }
+
+    #[test]
+    fn verdict_checks_hold_only_when_every_condition_does() {
+        let rises = check("{metric: error_5xx_pct, rises: true}");
+        assert_eq!(rises.holds(Some(11.0), Some(2.1)), Some(true));
+        assert_eq!(
+            rises.holds(Some(2.2), Some(2.1)),
+            Some(false),
+            "within 10% is not a rise"
+        );
+        assert_eq!(rises.holds(Some(0.0), Some(0.0)), Some(false));
+        assert_eq!(
+            rises.holds(None, Some(2.1)),
+            None,
+            "not measured: no verdict"
+        );
+        assert_eq!(rises.holds(Some(3.0), None), None);
+        let falls = check("{metric: entity_p99_ms, falls: true}");
+        assert_eq!(falls.holds(Some(130.0), Some(640.0)), Some(true));
+        assert_eq!(falls.holds(Some(600.0), Some(640.0)), Some(false));
+        let band = check("{metric: error_5xx_pct, min: 0.5, max: 10}");
+        assert_eq!(
+            band.holds(Some(2.1), None),
+            Some(true),
+            "no reference needed"
+        );
+        assert_eq!(band.holds(Some(34.0), None), Some(false));
+        assert_eq!(band.holds(Some(0.1), None), Some(false));
+        let ratio = check("{metric: entity_p99_ms, min_ratio: 2, vs: steady}");
+        assert_eq!(ratio.holds(Some(640.0), Some(120.0)), Some(true));
+        assert_eq!(ratio.holds(Some(200.0), Some(120.0)), Some(false));
+        assert_eq!(ratio.holds(Some(200.0), Some(0.0)), Some(false));
+        assert_eq!(ratio.describe("steady"), "entity_p99_ms ≥ 2× steady");
+    }
+
+    #[test]
+    fn a_verdict_on_an_unknown_metric_or_a_later_phase_is_refused() {
+        let defs = lab_flags::Definitions::embedded();
+        let with = |verdict: &str| {
+            let y = format!(
+                "name: x\nsummary: s\ndescription: d\nrate: 10\nphases:\n  - name: a\n    seconds: 5\n  - name: b\n    seconds: 5\n    verdict: {{legacy: [{verdict}]}}\n"
+            );
+            serde_norway::from_str::<Scenario>(&y)
+                .unwrap()
+                .validate(&defs)
+        };
+        assert!(with("{metric: error_5xx_pct, rises: true}").is_ok());
+        assert!(with("{metric: error_5xx_pct, rises: true, vs: a}").is_ok());
+        assert!(with("{metric: no_such_row, rises: true}").is_err());
+        assert!(with("{metric: error_5xx_pct, rises: true, vs: b}").is_err());
+        assert!(with("{metric: error_5xx_pct, rises: true, vs: zzz}").is_err());
+        assert!(with("{metric: error_5xx_pct}").is_err(), "no condition");
+    }
+
+    #[test]
+    fn the_incident_scenario_has_a_postmortem_line_and_a_verdict_for_every_step_in_both_modes() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../load/scenarios");
+        let sc = parse_file(&dir.join("incident.yaml")).unwrap();
+        assert_eq!(sc.rate, 0.0, "the replay's rate is chosen by calibration");
+        for p in &sc.phases {
+            assert!(p.postmortem.is_some(), "{}: no postmortem line", p.name);
+            for mode in ["legacy", "resilient"] {
+                assert!(
+                    p.verdict.get(mode).is_some_and(|v| !v.is_empty()),
+                    "{}: no {mode} verdict",
+                    p.name
+                );
+            }
+        }
     }
 
     #[test]

@@ -1,0 +1,410 @@
+//! The experiment engine's core: run one scenario on a running lab — flags and rate per phase,
+//! the phases' actions on the timeline, the open-loop load, a scrape of every replica each second
+//! (replicas added mid-run included) — and return everything measured. `labctl gameday` and
+//! `labctl replay` both drive it; neither interprets anything while it runs.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use serde::Serialize;
+
+use super::report::{self, Check, PhaseSummary};
+use super::scenario::Scenario;
+use super::scrape::{self, Scrape, Series, Target, Tick};
+use super::{spawn_labctl, wait_applied, Globals, Mode};
+use crate::load::{self, DocSource, Docs, LoadArgs, LoadReport, RateControl, TenantMix};
+use crate::seed::ApiKeyRecord;
+use crate::supervise;
+
+/// Where the replicas to scrape come from.
+#[derive(Debug, Clone)]
+pub enum TargetSource {
+    /// A fixed list (`--targets`: a lab labctl did not start).
+    Fixed(Vec<Target>),
+    /// The native lab's supervisor state, re-read every tick: a replica `labctl scale` adds is
+    /// scraped from its first second, and the supervisor's own counters (restarts, OOM kills,
+    /// rollouts) become the series of a `supervisor` target.
+    Native(PathBuf),
+}
+
+/// One run of a scenario.
+pub struct Run<'a> {
+    pub scenario: &'a Scenario,
+    pub mode: Mode,
+    pub rate: f64,
+    pub tenants: TenantMix,
+    pub extra_flags: &'a [(String, String)],
+    pub gateway: String,
+    pub targets: TargetSource,
+    pub seed: u64,
+    pub out: PathBuf,
+    /// Every phase's length is multiplied by this (a shorter replay keeps the same shape).
+    pub time_scale: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PhaseReport {
+    pub name: String,
+    /// As run (scaled).
+    pub seconds: u64,
+    /// Seconds since the start of the run when the phase began.
+    pub start: f64,
+    pub summary: PhaseSummary,
+    /// The gateway's 5xx in this phase by the error-table row that decided them.
+    pub errors_5xx_by_origin: std::collections::BTreeMap<String, f64>,
+}
+
+/// A labctl command a phase ran, and how it went.
+#[derive(Debug, Clone, Serialize)]
+pub struct Action {
+    pub phase: String,
+    pub command: String,
+    pub started_at: f64,
+    pub seconds: f64,
+    pub ok: bool,
+}
+
+/// Everything one run measured.
+pub struct Outcome {
+    pub phases: Vec<PhaseReport>,
+    pub targets: Vec<Target>,
+    pub load: LoadReport,
+    pub consistency: Vec<Check>,
+    pub actions: Vec<Action>,
+}
+
+/// The targets of the native lab's state, plus the supervisor's pseudo-target.
+fn native_targets(state_dir: &Path) -> anyhow::Result<(Vec<Target>, supervise::State)> {
+    let Some(state) = supervise::read_state(state_dir)? else {
+        bail!("no lab is up: start one with `labctl up` (or name the replicas with --targets)");
+    };
+    let mut t: Vec<Target> = state
+        .procs
+        .iter()
+        .map(|p| Target {
+            service: p.binary.clone(),
+            replica: p.name.clone(),
+            url: format!("http://127.0.0.1:{}", p.port),
+        })
+        .collect();
+    t.push(Target {
+        service: SUPERVISOR.into(),
+        replica: SUPERVISOR.into(),
+        url: String::new(),
+    });
+    Ok((t, state))
+}
+
+/// The pseudo-service whose series are the supervisor's counters.
+pub const SUPERVISOR: &str = "supervisor";
+
+/// The supervisor's counters as a scrape: `lab_supervisor_{restarts,oom_kills,rollouts}_total`
+/// per replica, and `lab_supervisor_replicas{binary}` (replicas with a process right now).
+fn supervisor_scrape(state: &supervise::State) -> Scrape {
+    let mut m = std::collections::HashMap::new();
+    let mut running: std::collections::BTreeMap<&str, f64> = Default::default();
+    for p in &state.procs {
+        let l = format!("{{replica=\"{}\",binary=\"{}\"}}", p.name, p.binary);
+        m.insert(
+            format!("lab_supervisor_restarts_total{l}"),
+            f64::from(p.restarts),
+        );
+        m.insert(
+            format!("lab_supervisor_oom_kills_total{l}"),
+            f64::from(p.oom_kills),
+        );
+        m.insert(
+            format!("lab_supervisor_rollouts_total{l}"),
+            f64::from(p.rollouts),
+        );
+        *running.entry(&p.binary).or_default() += f64::from(u8::from(p.pid.is_some()));
+    }
+    for (b, n) in running {
+        m.insert(format!("lab_supervisor_replicas{{binary=\"{b}\"}}"), n);
+    }
+    Some(m)
+}
+
+/// Scrape every target once (the supervisor's from its state file).
+async fn scrape_once(
+    http: &reqwest::Client,
+    source: &TargetSource,
+    targets: &mut Vec<Target>,
+) -> anyhow::Result<Vec<Scrape>> {
+    let mut supervisor = None;
+    if let TargetSource::Native(dir) = source {
+        let (now, state) = native_targets(dir)?;
+        // Append-only: a target keeps its index for the whole run (removed ones stop answering).
+        for t in now {
+            if !targets.iter().any(|x| x.replica == t.replica) {
+                targets.push(t);
+            }
+        }
+        supervisor = Some(supervisor_scrape(&state));
+    }
+    let http_targets: Vec<Target> = targets
+        .iter()
+        .filter(|t| t.service != SUPERVISOR)
+        .cloned()
+        .collect();
+    let mut scraped = scrape::scrape_all(http, &http_targets).await.into_iter();
+    Ok(targets
+        .iter()
+        .map(|t| {
+            if t.service == SUPERVISOR {
+                supervisor.clone().flatten()
+            } else {
+                scraped.next().flatten()
+            }
+        })
+        .collect())
+}
+
+/// Run `cmds` one after another, recording each.
+fn run_actions(
+    g: Globals,
+    phase: String,
+    cmds: Vec<String>,
+    log: PathBuf,
+    t0: Instant,
+) -> tokio::task::JoinHandle<Vec<Action>> {
+    tokio::spawn(async move {
+        let mut done = Vec::new();
+        for cmd in cmds {
+            let started_at = t0.elapsed().as_secs_f64();
+            println!("  t={started_at:5.1}s run: labctl {cmd}");
+            let ok = match spawn_labctl(&g, &cmd, &log) {
+                Ok(mut child) => match child.wait().await {
+                    Ok(st) => st.success(),
+                    Err(e) => {
+                        println!("  labctl {cmd}: {e}");
+                        false
+                    }
+                },
+                Err(e) => {
+                    println!("  labctl {cmd}: {e:#}");
+                    false
+                }
+            };
+            let seconds = t0.elapsed().as_secs_f64() - started_at;
+            println!(
+                "  t={:5.1}s {}: labctl {cmd} ({seconds:.1} s)",
+                t0.elapsed().as_secs_f64(),
+                if ok { "done" } else { "FAILED" }
+            );
+            done.push(Action {
+                phase: phase.clone(),
+                command: cmd,
+                started_at,
+                seconds,
+                ok,
+            });
+        }
+        done
+    })
+}
+
+/// Run `run` against the lab: the mode and extra flags first (every other flag reset), a
+/// baseline scrape, then the load and the timeline, then the settle time and the cleanup.
+pub async fn execute(
+    run: &Run<'_>,
+    globals: &Globals,
+    keys: Vec<ApiKeyRecord>,
+) -> anyhow::Result<Outcome> {
+    let sc = run.scenario;
+    let store = lab_flags::Store::new(&globals.redis_url)?;
+    let http = scrape::client();
+    let mut targets: Vec<Target> = match &run.targets {
+        TargetSource::Fixed(t) => t.clone(),
+        TargetSource::Native(dir) => native_targets(dir)?.0,
+    };
+    store
+        .reset()
+        .await
+        .context("resetting flags (is Redis up? scripts/deps.sh)")?;
+    store.set("client.mode", run.mode.variant()).await?;
+    for (f, v) in run.extra_flags {
+        store.set(f, v).await?;
+    }
+    let http_targets: Vec<Target> = targets
+        .iter()
+        .filter(|t| t.service != SUPERVISOR)
+        .cloned()
+        .collect();
+    wait_applied(&http, &http_targets, "client.mode", run.mode.variant()).await?;
+
+    let seconds: Vec<u64> = sc
+        .phases
+        .iter()
+        .map(|p| ((p.seconds as f64 * run.time_scale).round() as u64).max(1))
+        .collect();
+    let total: u64 = seconds.iter().sum();
+    println!(
+        "{} in {} mode: {} phases, {total} s, {:.0} rps base rate",
+        sc.name,
+        run.mode.variant(),
+        sc.phases.len(),
+        run.rate
+    );
+    let control = RateControl::new(sc.phases[0].rate.unwrap_or(run.rate))?;
+    let load_args = LoadArgs {
+        gateway: run.gateway.clone(),
+        rate: control.get(),
+        duration: total,
+        timeout_ms: 10_000,
+        tenants: run.tenants,
+        max_in_flight: 10_000,
+        seed: run.seed,
+        out: None,
+        docs: Docs::Stream,
+    };
+    let source = DocSource::open(Docs::Stream, &globals.data_dir, load_args.tenants)?;
+    std::fs::create_dir_all(&run.out).with_context(|| format!("creating {}", run.out.display()))?;
+    let actions_log = run.out.join("actions.log");
+
+    // The baseline: every counter as it stood before the first request of this run, so the
+    // run's totals (and its consistency checks) start from zero exactly.
+    let baseline = scrape_once(&http, &run.targets, &mut targets).await?;
+    let started = Instant::now();
+    let load_task = {
+        let (a, c) = (load_args.clone(), control.clone());
+        tokio::spawn(async move { load::run_with(&a, c, keys, source).await })
+    };
+    let mut ticks: Vec<Tick> = vec![Tick {
+        t: 0.0,
+        phase: 0,
+        scrapes: baseline,
+    }];
+    let mut phase_starts = Vec::new();
+    let mut acc = 0u64;
+    for s in &seconds {
+        phase_starts.push(acc as f64);
+        acc += s;
+    }
+    let end = total as f64 + sc.settle_seconds as f64;
+    let mut current = usize::MAX;
+    let mut next_tick = started;
+    let mut running = Vec::new();
+    loop {
+        let t = started.elapsed().as_secs_f64();
+        if t > end {
+            break;
+        }
+        let phase = phase_starts.iter().rposition(|s| *s <= t).unwrap_or(0);
+        if phase != current {
+            current = phase;
+            let p = &sc.phases[phase];
+            for (f, v) in &p.flags {
+                store.set(f, v).await?;
+            }
+            control.set(p.rate.unwrap_or(run.rate))?;
+            if !p.run.is_empty() {
+                running.push(run_actions(
+                    globals.clone(),
+                    p.name.clone(),
+                    p.run.clone(),
+                    actions_log.clone(),
+                    started,
+                ));
+            }
+            println!(
+                "  t={t:5.1}s phase {:<14} {:>4} s at {:.0} rps {}",
+                p.name,
+                seconds[phase],
+                control.get(),
+                if p.flags.is_empty() {
+                    String::new()
+                } else {
+                    format!("flags {:?}", p.flags)
+                }
+            );
+        }
+        let scrapes = scrape_once(&http, &run.targets, &mut targets).await?;
+        // Older ticks have fewer targets; `Series` reads a missing one as "not scraped".
+        ticks.push(Tick { t, phase, scrapes });
+        next_tick += Duration::from_secs(1);
+        tokio::time::sleep_until(next_tick.into()).await;
+    }
+    let load_report = load_task.await.context("load generator panicked")??;
+    store.reset().await?;
+    let mut actions = Vec::new();
+    for a in running {
+        actions.extend(a.await.unwrap_or_default());
+    }
+    if !sc.cleanup.is_empty() {
+        actions.extend(
+            run_actions(
+                globals.clone(),
+                "cleanup".into(),
+                sc.cleanup.clone(),
+                actions_log.clone(),
+                started,
+            )
+            .await
+            .unwrap_or_default(),
+        );
+    }
+
+    let series = Series {
+        targets: &targets,
+        ticks: &ticks,
+    };
+    let mut phases = Vec::new();
+    for (i, p) in sc.phases.iter().enumerate() {
+        let secs = seconds[i] as f64;
+        let summary = report::summarize(&series, i, secs, &load_report.per_second, phase_starts[i]);
+        phases.push(PhaseReport {
+            name: p.name.clone(),
+            seconds: seconds[i],
+            start: phase_starts[i],
+            summary,
+            errors_5xx_by_origin: report::origins(&series, i),
+        });
+    }
+    if let Some(first) = phases
+        .first()
+        .and_then(|p| p.summary.get("amplification").copied())
+    {
+        for p in phases.iter_mut() {
+            if let Some(a) = p.summary.get("amplification").copied() {
+                p.summary.insert("amplification_ratio".into(), a / first);
+            }
+        }
+    }
+    let consistency = report::consistency(&series, &load_report);
+    write_series(&run.out.join("series.jsonl"), &targets, &ticks)?;
+    Ok(Outcome {
+        phases,
+        targets,
+        load: load_report,
+        consistency,
+        actions,
+    })
+}
+
+/// The raw series, one JSON line per tick: `{t, phase, replicas: {name: {series: value}}}`.
+pub fn write_series(path: &Path, targets: &[Target], ticks: &[Tick]) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
+    for tick in ticks {
+        let replicas: serde_json::Map<String, serde_json::Value> = targets
+            .iter()
+            .zip(&tick.scrapes)
+            .map(|(t, s)| {
+                (
+                    t.replica.clone(),
+                    s.as_ref()
+                        .map(|m| serde_json::to_value(m).unwrap_or_default())
+                        .unwrap_or(serde_json::Value::Null),
+                )
+            })
+            .collect();
+        writeln!(
+            f,
+            "{}",
+            serde_json::json!({"t": tick.t, "phase": tick.phase, "replicas": replicas})
+        )?;
+    }
+    Ok(())
+}

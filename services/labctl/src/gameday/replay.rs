@@ -1,0 +1,758 @@
+//! `labctl replay`: the lab's main job — the postmortem's morning, from the real trigger, in both
+//! modes, at an operating point chosen by measurement, with a verdict per step.
+//!
+//! 1. **Calibrate** (skipped with `--rate`). On a fresh lab in resilient mode (the fixed client
+//!    sheds instead of storming, so it measures what the database can serve): a closed-loop
+//!    warm-up whose last seconds give the healthy capacity; the backfill if the table has not had
+//!    it; the plan flip (`backfill --only invalidate`); a closed-loop probe of the stale capacity;
+//!    ANALYZE. The replay's rate is `--stale-utilisation` (0.9) × the stale capacity: the
+//!    postmortem's database ran comfortably inside its capacity (61 of 200 connections) until the
+//!    plan flip pushed demand to its edge, where "the plan flip alone cost a few percent". The
+//!    steady orchestrator RSS sets the memory limit by the postmortem's ratio (4 Gi over 380 MB).
+//! 2. **Replay** each mode on a fresh lab (cold processes, the same closed-loop warm-up, the
+//!    memory limit applied): `load/scenarios/incident.yaml`, every phase a line of the timeline.
+//! 3. **Report**: the timeline with the postmortem's observation and the lab's measured
+//!    before/after and verdict per mode; the Performance Comparison (before / peak / after fix)
+//!    next to the postmortem's numbers; where the 5xx came from; how good the fix is in one
+//!    number; the calibration. `replay.md` + `summary.json` + each mode's series.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{bail, Context};
+use serde::Serialize;
+
+use super::engine::{self, Outcome, TargetSource};
+use super::scenario::{self, Scenario};
+use super::{report, spawn_labctl, Globals, Mode};
+use crate::lab::{self, UpArgs};
+use crate::load::{self, DocSource, Docs, LoadArgs, TenantMix};
+use crate::seed::ApiKeyRecord;
+
+/// The postmortem's memory limit over its steady RSS: "Memory per pod had gone from 380 MB to
+/// 3.8 GB against a 4 Gi limit" — 4,096 MiB / 380 MB ≈ 10.8.
+const POSTMORTEM_LIMIT_RATIO: f64 = 4096.0 / 380.0;
+/// The healthy lab must stay comfortably inside its capacity at the replay's rate: the
+/// postmortem's steady state used 61 of 200 connections (30%); above 60% the lab is not healthy
+/// before the trigger, and the calibration says so.
+const HEALTHY_UTILISATION_MAX: f64 = 0.6;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+pub enum Modes {
+    Both,
+    Legacy,
+    Resilient,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct ReplayArgs {
+    /// Which mode(s) to replay: legacy (the incident), resilient (the fix already shipped).
+    #[arg(long, value_enum, default_value_t = Modes::Both)]
+    pub mode: Modes,
+    /// The replay's rate (requests/s); skips the calibration.
+    #[arg(long)]
+    pub rate: Option<f64>,
+    /// The rate as a share of the stale plan's measured capacity.
+    #[arg(long, default_value_t = 0.9)]
+    pub stale_utilisation: f64,
+    /// Every phase's length times this (0.5: a replay half as long, same shape).
+    #[arg(long, default_value_t = 1.0)]
+    pub time_scale: f64,
+    /// The scenario (load/scenarios/<name>.yaml or a path).
+    #[arg(long, default_value = "incident")]
+    pub scenario: String,
+    /// Closed-loop warm-up before every run (fills the caches; its end measures health).
+    #[arg(long, default_value_t = 60)]
+    pub warmup_seconds: u64,
+    /// Seconds of each capacity probe (the warm-up's last ones, and the stale probe).
+    #[arg(long, default_value_t = 20)]
+    pub probe_seconds: u64,
+    /// Clients of the closed-loop probes: the PostgreSQL connections of the default lab (2
+    /// entity-services × 16), which is also the fixed client's total concurrency limit.
+    #[arg(long, default_value_t = 32)]
+    pub probe_concurrency: usize,
+    /// Memory limit of every orchestrator: a size (`700M`), `none`, or the default: the steady
+    /// RSS measured by the calibration × the postmortem's ratio (4 Gi / 380 MB).
+    #[arg(long)]
+    pub memory_limit: Option<String>,
+    /// Where the report goes (default: <state dir>/reports/replay-<unix time>).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Seed of the document stream.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// The lab's shape (every run starts a fresh one of it).
+    #[command(flatten)]
+    pub lab: UpArgs,
+}
+
+/// What the calibration measured and chose.
+#[derive(Debug, Clone, Serialize)]
+pub struct Calibration {
+    /// 200s within 3 s per second, closed loop, warm caches, healthy plan.
+    pub healthy_capacity_rps: f64,
+    /// The same with the stale plan (after the plan flip).
+    pub stale_capacity_rps: f64,
+    pub stale_over_healthy: f64,
+    pub stale_utilisation: f64,
+    /// The replay's rate.
+    pub rate: f64,
+    /// `rate / healthy capacity`: how much of the healthy lab the replay's load uses.
+    pub healthy_utilisation: f64,
+    pub healthy_utilisation_ok: bool,
+    /// Largest orchestrator RSS at the end of the warm-up (steady, caches warm), MB.
+    pub steady_rss_mb: Option<f64>,
+    /// The memory limit applied to every orchestrator, bytes.
+    pub memory_limit_bytes: Option<u64>,
+    /// Whether the backfill (populate) ran during the calibration (false: it had run before).
+    pub backfill_ran: bool,
+    pub seconds: f64,
+    /// What a reader must know about how it was chosen (user overrides included).
+    pub notes: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Verdict {
+    pub check: String,
+    pub value: Option<f64>,
+    pub reference: Option<f64>,
+    /// `None`: a value was missing (not measured).
+    pub ok: Option<bool>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct StepVerdict {
+    pub phase: String,
+    pub checks: Vec<Verdict>,
+    /// Every check held.
+    pub reproduced: bool,
+}
+
+#[derive(Serialize)]
+struct ModeReport {
+    mode: Mode,
+    phases: Vec<engine::PhaseReport>,
+    steps: Vec<StepVerdict>,
+    consistency: Vec<report::Check>,
+    actions: Vec<engine::Action>,
+    load_sent: u64,
+    load_by_status: BTreeMap<String, u64>,
+    /// Goodput in the plan-flip phase over what the stale database could serve of that load:
+    /// `goodput / min(offered, stale capacity)` — 1 is a perfect client.
+    fix_quality: Option<f64>,
+}
+
+#[derive(Serialize)]
+struct Summary<'a> {
+    scenario: &'a Scenario,
+    calibration: &'a Calibration,
+    time_scale: f64,
+    modes: &'a [ModeReport],
+}
+
+fn now_s() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or_default()
+}
+
+/// A fresh lab of `args.lab`'s shape (any lab still up is stopped first).
+async fn fresh_lab(args: &ReplayArgs, g: &Globals) -> anyhow::Result<()> {
+    lab::down(&g.state_dir).await?;
+    lab::up(&args.lab, &g.database_url, &g.state_dir).await
+}
+
+/// Run `labctl <cmd>` to completion (its output in `log`).
+async fn labctl(g: &Globals, cmd: &str, log: &Path) -> anyhow::Result<()> {
+    let st = spawn_labctl(g, cmd, log)?.wait().await?;
+    anyhow::ensure!(
+        st.success(),
+        "labctl {cmd} failed ({st}); see {}",
+        log.display()
+    );
+    Ok(())
+}
+
+/// A closed-loop run of `seconds`; its goodput per second over the last `tail` seconds.
+async fn closed_loop(
+    args: &ReplayArgs,
+    g: &Globals,
+    keys: &[ApiKeyRecord],
+    seconds: u64,
+    tail: u64,
+    seed: u64,
+) -> anyhow::Result<(f64, load::LoadReport)> {
+    let la = LoadArgs {
+        gateway: format!("http://127.0.0.1:{}", args.lab.gateway_port),
+        rate: 1.0,
+        duration: seconds,
+        timeout_ms: 10_000,
+        tenants: TenantMix::Size,
+        max_in_flight: 10_000,
+        seed,
+        out: None,
+        docs: Docs::Stream,
+    };
+    let source = DocSource::open(Docs::Stream, &g.data_dir, TenantMix::Size)?;
+    let r = load::run_closed(&la, args.probe_concurrency, keys.to_vec(), source).await?;
+    let from = seconds.saturating_sub(tail);
+    let window: Vec<&load::SecondSample> = r
+        .per_second
+        .iter()
+        .filter(|s| s.second >= from && s.second < seconds)
+        .collect();
+    let good: u64 = window.iter().map(|s| s.good).sum();
+    let secs = (seconds - from).max(1) as f64;
+    Ok((good as f64 / secs, r))
+}
+
+/// The largest orchestrator RSS of the running lab, MB.
+async fn orchestrator_rss_mb(g: &Globals) -> Option<f64> {
+    let state = crate::supervise::read_state(&g.state_dir).ok()??;
+    let http = super::scrape::client();
+    let mut max: Option<f64> = None;
+    for p in state.procs.iter().filter(|p| p.binary == "orchestrator") {
+        let text = http
+            .get(format!("http://127.0.0.1:{}/metrics", p.port))
+            .send()
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()?;
+        let v = lab_core::exposition::samples(&text)
+            .find(|s| s.name == "process_resident_memory_bytes")
+            .map(|s| s.value / 1e6);
+        max = match (max, v) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+    }
+    max
+}
+
+async fn set_resilient(g: &Globals) -> anyhow::Result<()> {
+    let store = lab_flags::Store::new(&g.redis_url)?;
+    store.reset().await?;
+    store.set("client.mode", "resilient").await?;
+    // The flag reaches every replica within its watch (pub/sub, ≤ 5 s): give it a moment.
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    Ok(())
+}
+
+/// Step 1.
+async fn calibrate(
+    args: &ReplayArgs,
+    g: &Globals,
+    keys: &[ApiKeyRecord],
+    out: &Path,
+) -> anyhow::Result<Calibration> {
+    let started = Instant::now();
+    let log = out.join("calibration.log");
+    println!(
+        "calibration: fresh lab, resilient mode, closed loop at {} clients",
+        args.probe_concurrency
+    );
+    fresh_lab(args, g).await?;
+    set_resilient(g).await?;
+    let (healthy, _) = closed_loop(
+        args,
+        g,
+        keys,
+        args.warmup_seconds,
+        args.probe_seconds.min(args.warmup_seconds),
+        args.seed.wrapping_add(1000),
+    )
+    .await?;
+    let steady_rss_mb = orchestrator_rss_mb(g).await;
+    println!("  healthy capacity: {healthy:.0} rps (warm caches); steady orchestrator RSS {steady_rss_mb:?} MB");
+    let client = lab_db::inspect::connect(&g.database_url).await?;
+    let populated = lab_db::inspect::table_status(&client)
+        .await?
+        .locale_null_frac
+        .is_some_and(|f| f < 0.9);
+    if !populated {
+        println!("  the backfill (03:00): populating locale, autovacuum off");
+        labctl(g, "backfill --only populate", &log).await?;
+    }
+    println!("  the plan flip (09:41): backfill --only invalidate");
+    labctl(g, "backfill --only invalidate", &log).await?;
+    let (stale, _) = closed_loop(
+        args,
+        g,
+        keys,
+        args.probe_seconds + 2,
+        args.probe_seconds,
+        args.seed.wrapping_add(2000),
+    )
+    .await?;
+    println!("  stale capacity: {stale:.0} rps");
+    labctl(g, "remediate analyze", &log).await?;
+    lab::down(&g.state_dir).await?;
+    anyhow::ensure!(
+        healthy > 0.0 && stale > 0.0,
+        "the calibration measured no goodput (healthy {healthy:.1}, stale {stale:.1} rps): is the \
+         lab seeded (labctl seed) and answering? See {}",
+        log.display()
+    );
+    let rate = (args.stale_utilisation * stale).max(1.0);
+    let healthy_utilisation = rate / healthy;
+    let mut notes = vec![format!(
+        "rate = {:.2} × stale capacity {stale:.0} rps = {rate:.0} rps",
+        args.stale_utilisation
+    )];
+    let ok = healthy_utilisation <= HEALTHY_UTILISATION_MAX;
+    if !ok {
+        notes.push(format!(
+            "the healthy lab runs at {:.0}% of its capacity at this rate — above the {:.0}% the \
+             postmortem's steady state allows: the plan flip costs this machine too little \
+             ({:.2}x) to leave the healthy lab comfortably inside capacity",
+            100.0 * healthy_utilisation,
+            100.0 * HEALTHY_UTILISATION_MAX,
+            stale / healthy
+        ));
+    }
+    let memory_limit_bytes = match args.memory_limit.as_deref() {
+        Some("none") => None,
+        Some(s) => Some(crate::cgroup::parse_size(s)?),
+        None => steady_rss_mb.map(|mb| (mb * 1e6 * POSTMORTEM_LIMIT_RATIO) as u64),
+    };
+    Ok(Calibration {
+        healthy_capacity_rps: healthy,
+        stale_capacity_rps: stale,
+        stale_over_healthy: stale / healthy,
+        stale_utilisation: args.stale_utilisation,
+        rate,
+        healthy_utilisation,
+        healthy_utilisation_ok: ok,
+        steady_rss_mb,
+        memory_limit_bytes,
+        backfill_ran: !populated,
+        seconds: started.elapsed().as_secs_f64(),
+        notes,
+    })
+}
+
+fn verdicts(sc: &Scenario, mode: Mode, phases: &[engine::PhaseReport]) -> Vec<StepVerdict> {
+    let mut out = Vec::new();
+    for (i, p) in sc.phases.iter().enumerate() {
+        let Some(checks) = p.verdict.get(mode.variant()) else {
+            continue;
+        };
+        let mut list = Vec::new();
+        for c in checks {
+            let value = phases[i].summary.get(&c.metric).copied();
+            let r = sc.reference(i, c);
+            let reference = r.and_then(|r| phases[r].summary.get(&c.metric).copied());
+            let ref_name = r.map_or("—", |r| sc.phases[r].name.as_str());
+            list.push(Verdict {
+                check: c.describe(ref_name),
+                value,
+                reference,
+                ok: c.holds(value, reference),
+            });
+        }
+        let reproduced = list.iter().all(|v| v.ok == Some(true));
+        out.push(StepVerdict {
+            phase: p.name.clone(),
+            checks: list,
+            reproduced,
+        });
+    }
+    out
+}
+
+/// The postmortem's Performance Comparison (its words and numbers, quoted) by report row:
+/// before (steady), during the incident (10:15 peak), after the fix.
+const POSTMORTEM_TABLE: &[(&str, &str, &str, &str)] = &[
+    ("gateway_p50_ms", "96 ms", "2,410 ms", "91 ms"),
+    ("gateway_p95_ms", "240 ms", "3,000 ms (clipped)", "218 ms"),
+    ("gateway_p99_ms", "480 ms", "3,000 ms (clipped)", "390 ms"),
+    ("entity_p99_ms", "120 ms", "6,900 ms", "130 ms"),
+    ("gateway_rps", "900", "640", "940"),
+    ("entity_inbound_rps", "950", "8,100 attempted", "970"),
+    ("entity_served_rps", "—", "1,430 served", "—"),
+    ("amplification", "1.0×", "9.0×", "1.0× steady / 1.2× max"),
+    ("abandoned_pct", "0.3%", "71%", "0.4%"),
+    ("error_5xx_pct", "0.04%", "34%", "0.02%"),
+    (
+        "orchestrator_cpu_cores",
+        "0.9 / 2 cores",
+        "1.98 (saturated)",
+        "0.8",
+    ),
+    (
+        "orchestrator_rss_mb_max",
+        "380 MB",
+        "3.8 GB (OOMKilled ×7)",
+        "410 MB",
+    ),
+    ("orchestrator_tasks_max", "240 goroutines", "4,180", "260"),
+    ("db_connections_max", "61 / 200", "200 / 200", "58"),
+    ("orchestrator_replicas_max", "24", "60 (thrashing)", "24"),
+];
+
+fn fmt_row(key: &str, v: Option<f64>) -> String {
+    let unit = report::ROWS.iter().find(|r| r.0 == key).map_or("", |r| r.2);
+    report::fmt_value(v.as_ref(), unit)
+}
+
+fn markdown(sc: &Scenario, cal: &Calibration, args: &ReplayArgs, modes: &[ModeReport]) -> String {
+    let mut md = format!(
+        "# Replay: {} — the postmortem's morning from the real trigger\n\n{}\n",
+        sc.name, sc.summary
+    );
+    md.push_str(&format!(
+        "\n## Calibration\n\n| | |\n|---|---:|\n| healthy capacity (closed loop, warm) | {:.0} rps |\n\
+         | stale-plan capacity | {:.0} rps ({:.2}× healthy) |\n| replay rate | {:.0} rps |\n\
+         | healthy utilisation at that rate | {:.0}%{} |\n| steady orchestrator RSS | {} |\n\
+         | orchestrator memory limit | {} |\n| backfill run during calibration | {} |\n\
+         | calibration time | {:.0} s |\n\n",
+        cal.healthy_capacity_rps,
+        cal.stale_capacity_rps,
+        cal.stale_over_healthy,
+        cal.rate,
+        100.0 * cal.healthy_utilisation,
+        if cal.healthy_utilisation_ok { "" } else { " (**above 60%**)" },
+        cal.steady_rss_mb
+            .map_or("—".into(), |v| format!("{v:.0} MB")),
+        cal.memory_limit_bytes
+            .map_or("none".into(), |b| format!("{} MiB", b >> 20)),
+        if cal.backfill_ran { "yes" } else { "no (already populated)" },
+        cal.seconds
+    ));
+    for n in &cal.notes {
+        md.push_str(&format!("- {n}\n"));
+    }
+
+    // The timeline.
+    md.push_str(&format!(
+        "\n## The timeline, step by step (time scale {}×)\n\n| time | step | the postmortem |",
+        args.time_scale
+    ));
+    for m in modes {
+        md.push_str(&format!(
+            " {} (measured) | {} verdict |",
+            m.mode.variant(),
+            m.mode.variant()
+        ));
+    }
+    md.push_str("\n|---|---|---|");
+    for _ in modes {
+        md.push_str("---|:---:|");
+    }
+    md.push('\n');
+    let mut reproduced: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
+    for (i, p) in sc.phases.iter().enumerate() {
+        let (time, obs) = p
+            .postmortem
+            .as_ref()
+            .map_or(("", ""), |pm| (pm.time.as_str(), pm.observation.as_str()));
+        md.push_str(&format!("| {time} | {} | {obs} |", p.name));
+        for m in modes {
+            let step = m.steps.iter().find(|s| s.phase == p.name);
+            let measured = step.map_or("—".to_string(), |s| {
+                s.checks
+                    .iter()
+                    .map(|c| {
+                        let key = c.check.split_whitespace().next().unwrap_or("");
+                        let v = fmt_row(key, c.value);
+                        let r = c
+                            .reference
+                            .map(|r| format!("{} → ", fmt_row(key, Some(r))))
+                            .unwrap_or_default();
+                        format!(
+                            "{} `{}`: {r}{v}",
+                            match c.ok {
+                                Some(true) => "✔",
+                                Some(false) => "✘",
+                                None => "?",
+                            },
+                            c.check
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join("<br>")
+            });
+            let verdict = match step {
+                Some(s) => {
+                    let e = reproduced.entry(m.mode.variant()).or_default();
+                    e.1 += 1;
+                    if s.reproduced {
+                        e.0 += 1;
+                        "reproduced"
+                    } else {
+                        "**not reproduced**"
+                    }
+                }
+                None => "—",
+            };
+            md.push_str(&format!(" {measured} | {verdict} |"));
+        }
+        md.push('\n');
+        let _ = i;
+    }
+    md.push('\n');
+    for (mode, (ok, n)) in &reproduced {
+        md.push_str(&format!("- {mode}: {ok} of {n} steps reproduced\n"));
+    }
+
+    // Performance Comparison.
+    let peak = |m: &ModeReport| {
+        m.phases
+            .iter()
+            .enumerate()
+            .max_by(|a, b| {
+                let e = |p: &engine::PhaseReport| {
+                    p.summary.get("error_5xx_pct").copied().unwrap_or(0.0)
+                };
+                e(a.1).total_cmp(&e(b.1))
+            })
+            .map_or(0, |(i, _)| i)
+    };
+    md.push_str("\n## Performance Comparison (the postmortem's table, measured)\n\n");
+    md.push_str("Before = the steady phase; peak = the phase with the highest 5xx rate; after fix = the last phase.\n\n| Metric | postmortem before | postmortem peak | postmortem after |");
+    for m in modes {
+        let pk = &m.phases[peak(m)].name;
+        md.push_str(&format!(
+            " {0} before | {0} peak ({pk}) | {0} after |",
+            m.mode.variant()
+        ));
+    }
+    md.push_str("\n|---|---:|---:|---:|");
+    for _ in modes {
+        md.push_str("---:|---:|---:|");
+    }
+    md.push('\n');
+    for (key, label, unit) in report::ROWS {
+        let pm = POSTMORTEM_TABLE.iter().find(|r| r.0 == *key);
+        let any = modes
+            .iter()
+            .any(|m| m.phases.iter().any(|p| p.summary.contains_key(*key)));
+        if !any {
+            continue;
+        }
+        md.push_str(&format!(
+            "| {label} | {} | {} | {} |",
+            pm.map_or("", |r| r.1),
+            pm.map_or("", |r| r.2),
+            pm.map_or("", |r| r.3)
+        ));
+        for m in modes {
+            let last = m.phases.len() - 1;
+            for i in [0, peak(m), last] {
+                md.push_str(&format!(
+                    " {} |",
+                    report::fmt_value(m.phases[i].summary.get(*key), unit)
+                ));
+            }
+        }
+        md.push('\n');
+    }
+
+    md.push_str("\n## How good is the fix, in one number\n\nGoodput during the plan flip over what the stale database could serve of that load (`goodput / min(offered, stale capacity)`): the only loss a perfect client avoids is work nobody waits for, so a perfect client scores 1.\n\n");
+    for m in modes {
+        md.push_str(&format!(
+            "- {}: {}\n",
+            m.mode.variant(),
+            m.fix_quality.map_or("—".into(), |q| format!("{q:.2}"))
+        ));
+    }
+
+    for m in modes {
+        let names: Vec<(String, u64)> = m
+            .phases
+            .iter()
+            .map(|p| (p.name.clone(), p.seconds))
+            .collect();
+        let per_phase: Vec<_> = m
+            .phases
+            .iter()
+            .map(|p| p.errors_5xx_by_origin.clone())
+            .collect();
+        md.push_str(&format!("\n## {} mode: every phase\n\n", m.mode.variant()));
+        let summaries: Vec<_> = m.phases.iter().map(|p| p.summary.clone()).collect();
+        md.push_str(&report::markdown(
+            &format!(
+                "{} — {} mode at {:.0} rps",
+                sc.name,
+                m.mode.variant(),
+                cal.rate
+            ),
+            &names,
+            &summaries,
+        ));
+        md.push_str(&report::origins_markdown(
+            &names,
+            &per_phase,
+            &m.consistency,
+        ));
+        md.push_str(&format!(
+            "\nLoad: {} sent, by status {:?}.\n\nActions: {}\n",
+            m.load_sent,
+            m.load_by_status,
+            m.actions
+                .iter()
+                .map(|a| format!(
+                    "`labctl {}` at {:.0} s ({:.1} s{})",
+                    a.command,
+                    a.started_at,
+                    a.seconds,
+                    if a.ok { "" } else { ", FAILED" }
+                ))
+                .collect::<Vec<_>>()
+                .join("; ")
+        ));
+    }
+    md
+}
+
+/// `labctl replay`.
+pub async fn run(args: &ReplayArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        args.time_scale > 0.0 && args.time_scale <= 10.0,
+        "--time-scale must be in (0, 10]"
+    );
+    anyhow::ensure!(
+        args.stale_utilisation > 0.0 && args.stale_utilisation <= 3.0,
+        "--stale-utilisation must be in (0, 3]"
+    );
+    let sc = scenario::load(&args.scenario)?;
+    let out = args.out.clone().unwrap_or_else(|| {
+        g.state_dir
+            .join("reports")
+            .join(format!("replay-{}", now_s()))
+    });
+    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    let started = Instant::now();
+
+    let cal = match args.rate {
+        Some(rate) => {
+            anyhow::ensure!(rate > 0.0, "--rate must be positive");
+            Calibration {
+                healthy_capacity_rps: f64::NAN,
+                stale_capacity_rps: f64::NAN,
+                stale_over_healthy: f64::NAN,
+                stale_utilisation: f64::NAN,
+                rate,
+                healthy_utilisation: f64::NAN,
+                healthy_utilisation_ok: true,
+                steady_rss_mb: None,
+                memory_limit_bytes: match args.memory_limit.as_deref() {
+                    None | Some("none") => None,
+                    Some(s) => Some(crate::cgroup::parse_size(s)?),
+                },
+                backfill_ran: false,
+                seconds: 0.0,
+                notes: vec![format!("rate {rate} rps given with --rate: no calibration")],
+            }
+        }
+        None => calibrate(args, g, &keys, &out).await?,
+    };
+    println!(
+        "replay rate {:.0} rps (healthy capacity {:.0}, stale {:.0})",
+        cal.rate, cal.healthy_capacity_rps, cal.stale_capacity_rps
+    );
+    let modes: Vec<Mode> = match args.mode {
+        Modes::Both => vec![Mode::Legacy, Mode::Resilient],
+        Modes::Legacy => vec![Mode::Legacy],
+        Modes::Resilient => vec![Mode::Resilient],
+    };
+    let mut reports = Vec::new();
+    for mode in modes {
+        let dir = out.join(mode.variant());
+        std::fs::create_dir_all(&dir)?;
+        println!(
+            "\n{} mode: fresh lab, {} s closed-loop warm-up",
+            mode.variant(),
+            args.warmup_seconds
+        );
+        fresh_lab(args, g).await?;
+        // The limit before the warm-up: memory a process holds when it enters its cgroup stays
+        // charged elsewhere (see cgroup.rs), and the cache is most of it.
+        if let Some(b) = cal.memory_limit_bytes {
+            labctl(
+                g,
+                &format!("limits memory orchestrator {b}"),
+                &dir.join("actions.log"),
+            )
+            .await?;
+        }
+        let store = lab_flags::Store::new(&g.redis_url)?;
+        store.reset().await?;
+        store.set("client.mode", mode.variant()).await?;
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        closed_loop(
+            args,
+            g,
+            &keys,
+            args.warmup_seconds,
+            1,
+            args.seed.wrapping_add(3000),
+        )
+        .await?;
+        let run = engine::Run {
+            scenario: &sc,
+            mode,
+            rate: cal.rate,
+            tenants: if sc.tenants == "uniform" {
+                TenantMix::Uniform
+            } else {
+                TenantMix::Size
+            },
+            extra_flags: &[],
+            gateway: format!("http://127.0.0.1:{}", args.lab.gateway_port),
+            targets: TargetSource::Native(g.state_dir.clone()),
+            seed: args.seed,
+            out: dir.clone(),
+            time_scale: args.time_scale,
+        };
+        let outcome: Outcome = engine::execute(&run, g, keys.clone()).await?;
+        lab::down(&g.state_dir).await?;
+        let steps = verdicts(&sc, mode, &outcome.phases);
+        let fix_quality = outcome
+            .phases
+            .iter()
+            .find(|p| p.name == "plan-flip")
+            .and_then(|p| {
+                let good = p.summary.get("goodput_rps")?;
+                let offered = p.summary.get("offered_rps")?;
+                let can = offered.min(cal.stale_capacity_rps);
+                (can > 0.0 && can.is_finite()).then(|| good / can)
+            });
+        super::fail_on_inconsistency(&outcome.consistency, &dir)?;
+        reports.push(ModeReport {
+            mode,
+            phases: outcome.phases,
+            steps,
+            consistency: outcome.consistency,
+            actions: outcome.actions,
+            load_sent: outcome.load.sent,
+            load_by_status: outcome.load.by_status.clone(),
+            fix_quality,
+        });
+    }
+    let md = markdown(&sc, &cal, args, &reports);
+    std::fs::write(out.join("replay.md"), &md)?;
+    std::fs::write(
+        out.join("summary.json"),
+        serde_json::to_vec_pretty(&Summary {
+            scenario: &sc,
+            calibration: &cal,
+            time_scale: args.time_scale,
+            modes: &reports,
+        })?,
+    )?;
+    println!("\n{md}");
+    println!(
+        "replay done in {:.1} min; report: {}",
+        started.elapsed().as_secs_f64() / 60.0,
+        out.join("replay.md").display()
+    );
+    if reports.is_empty() {
+        bail!("no mode was replayed");
+    }
+    Ok(())
+}

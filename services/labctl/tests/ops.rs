@@ -1,0 +1,237 @@
+//! The native lab's operations against a real supervisor (`labctl supervise`), with stand-in
+//! replicas: a rolling restart replaces every process one at a time, a scale-up adds replicas to
+//! the endpoints file the gateway follows (and a scale-down takes them out), and a memory limit
+//! is the kernel's: a replica that exceeds it is OOM-killed, reported as such, and restarted.
+//!
+//! The replicas are a few lines of Python (an HTTP server answering `/readyz`, and `/hog`, which
+//! allocates 512 MB): the supervisor and labctl are what is under test, not the services.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const FAKE: &str = r#"#!/usr/bin/env python3
+import os, http.server
+port = int(os.environ["LAB_HTTP__PORT"])
+hog = []
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        if self.path == "/hog":
+            for _ in range(64):
+                hog.append(bytearray(8 << 20))
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"ok")
+    def log_message(self, *a):
+        pass
+http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+"#;
+
+fn labctl(state: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_labctl"))
+        .arg("--state-dir")
+        .arg(state)
+        .args(args)
+        .output()
+        .expect("labctl runs")
+}
+
+/// `labctl status --json` (Null until the supervisor has written its first state).
+fn status(state: &Path) -> serde_json::Value {
+    let out = labctl(state, &["status", "--json"]);
+    serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null)
+}
+
+fn replica<'a>(s: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    s["replicas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == name)
+        .unwrap_or_else(|| panic!("{name} not in {s}"))
+}
+
+fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Supervisor(Child);
+
+impl Drop for Supervisor {
+    fn drop(&mut self) {
+        unsafe {
+            libc::kill(self.0.id() as libc::pid_t, libc::SIGTERM);
+        }
+        let _ = self.0.wait();
+    }
+}
+
+fn setup() -> (PathBuf, Supervisor) {
+    let root = std::env::temp_dir().join(format!("labctl-ops-{:016x}", rand::random::<u64>()));
+    let (bin, state) = (root.join("bin"), root.join("state"));
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::create_dir_all(state.join("run")).unwrap();
+    std::fs::create_dir_all(state.join("logs")).unwrap();
+    let exe = bin.join("orchestrator");
+    std::fs::write(&exe, FAKE).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // A unique name per test run, so parallel runs never share a memory cgroup.
+    let tag = format!("{:08x}", rand::random::<u32>());
+    let procs: Vec<serde_json::Value> = (1..=2)
+        .map(|i| {
+            let port = free_port();
+            serde_json::json!({
+                "name": format!("orchestrator-t{tag}-{i}"), "binary": "orchestrator", "port": port,
+                "env": {"LAB_HTTP__PORT": port.to_string()},
+            })
+        })
+        .collect();
+    let plan = serde_json::json!({"bin_dir": bin, "state_dir": state, "procs": procs});
+    let plan_path = state.join("run").join("plan.json");
+    std::fs::write(&plan_path, serde_json::to_vec(&plan).unwrap()).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_labctl"))
+        .arg("supervise")
+        .arg("--plan")
+        .arg(&plan_path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let sup = Supervisor(child);
+    eventually("two ready replicas", || {
+        let s = status(&state);
+        s["replicas"]
+            .as_array()
+            .is_some_and(|r| r.len() == 2 && r.iter().all(|x| x["ready"] == true))
+    });
+    (state, sup)
+}
+
+fn names(state: &Path) -> Vec<String> {
+    status(state)["replicas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn endpoints(state: &Path) -> Vec<String> {
+    std::fs::read_to_string(state.join("run").join("endpoints-orchestrator"))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn rollout_restart_replaces_every_replica_one_at_a_time() {
+    let (state, _sup) = setup();
+    let before = status(&state);
+    let out = labctl(&state, &["rollout", "restart", "orchestrator"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let after = status(&state);
+    for name in names(&state) {
+        let (b, a) = (replica(&before, &name), replica(&after, &name));
+        assert_ne!(b["pid"], a["pid"], "{name} runs a new process");
+        assert_eq!(a["rollouts"], 1, "{name}: one deliberate restart");
+        assert_eq!(a["restarts"], 0, "{name}: not counted as a crash");
+        assert_eq!(a["ready"], true);
+    }
+}
+
+#[test]
+fn scale_adds_ready_replicas_to_the_endpoints_and_takes_them_out_again() {
+    let (state, _sup) = setup();
+    assert_eq!(endpoints(&state).len(), 2);
+    let out = labctl(&state, &["scale", "orchestrator", "--replicas", "4"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s = status(&state);
+    assert_eq!(s["replicas"].as_array().unwrap().len(), 4);
+    assert!(s["replicas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|r| r["ready"] == true));
+    assert_eq!(endpoints(&state).len(), 4, "the gateway's endpoints follow");
+    let out = labctl(&state, &["scale", "orchestrator", "--replicas", "2"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eventually("two replicas left", || names(&state).len() == 2);
+    assert_eq!(endpoints(&state).len(), 2);
+}
+
+#[test]
+fn a_replica_over_its_memory_limit_is_oom_killed_reported_and_restarted() {
+    let (state, _sup) = setup();
+    let out = labctl(&state, &["limits", "memory", "orchestrator", "64M"]);
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("no writable memory cgroup"),
+            "the only acceptable refusal is a machine without memory cgroups: {err}"
+        );
+        eprintln!("SKIPPED: this machine has no writable memory cgroup ({err})");
+        return;
+    }
+    let name = names(&state)[0].clone();
+    let s = status(&state);
+    let r = replica(&s, &name);
+    assert_eq!(r["memory_limit_bytes"], 64 << 20);
+    let pid = r["pid"].clone();
+    let port = r["url"]
+        .as_str()
+        .unwrap()
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .to_string();
+    // 512 MB into a 64 MB limit: the kernel kills it mid-request.
+    let _ = Command::new("python3")
+        .args([
+            "-c",
+            &format!("import urllib.request as u\ntry: u.urlopen('http://127.0.0.1:{port}/hog', timeout=20)\nexcept Exception: pass"),
+        ])
+        .status();
+    eventually("an OOM kill reported and the replica restarted", || {
+        let s = status(&state);
+        let r = replica(&s, &name);
+        r["oom_kills"] == 1 && r["pid"] != pid && r["ready"] == true
+    });
+    let s = status(&state);
+    let r = replica(&s, &name);
+    assert!(
+        r["last_exit"].as_str().unwrap().starts_with("OOMKilled"),
+        "{r}"
+    );
+    assert_eq!(r["restarts"], 1, "an OOM kill is a crash restart");
+    assert_eq!(
+        r["memory_limit_bytes"],
+        64 << 20,
+        "the new process is under the same limit"
+    );
+}
