@@ -45,7 +45,8 @@ say "(progress: tail -f $OUT.log)"
     exit 1
 }
 
-say "the verdicts"
-sed -n '/^## The timeline/,/^## Performance Comparison/p' "$OUT/replay.md" | grep -E '^- |^\| time' || true
-grep -E '^- (legacy|resilient):' "$OUT/replay.md" || true
+say "the verdicts (the postmortem's timeline, step by step)"
+sed -n '/^## The timeline/,/^## Performance Comparison/p' "$OUT/replay.md" | grep -E '^- ' || true
+say "how good the fix is, in one number (goodput while the plan is stale / what the stale database could serve)"
+sed -n '/^## How good/,/^## /p' "$OUT/replay.md" | grep -E '^- ' || true
 say "report: $OUT/replay.md (summary.json and each mode's per-second series beside it; log: $OUT.log)"
