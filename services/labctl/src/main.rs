@@ -27,6 +27,10 @@ mod lab;
 mod load;
 mod ops;
 mod remediate;
+/// Tests that load PostgreSQL hard and measure what it does (the real trigger's plans and
+/// latencies, the replay's fidelity) take turns: run side by side they would measure each other.
+#[cfg(test)]
+static HEAVY_TEST: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 #[cfg(test)]
 mod replay_test;
 mod seed;

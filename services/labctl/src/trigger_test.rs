@@ -83,6 +83,7 @@ fn assert_bitmap(p: &HotPlan, stage: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hot_plan_flips_on_invalidation_and_only_analyze_restores_it() {
+    let _heavy = crate::HEAVY_TEST.lock().await;
     let (_db, client) = seeded().await;
     assert_index_scan(&plan(&client).await, "seeded");
 
@@ -251,6 +252,7 @@ impl Service {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn entity_service_candidate_lookup_slows_after_invalidation_and_recovers_after_analyze() {
+    let _heavy = crate::HEAVY_TEST.lock().await;
     let (db, client) = seeded().await;
     let svc = Service::spawn(&db).await;
     // Warm-up: every pooled connection prepares the statement and passes its 5 custom plans.
