@@ -101,6 +101,25 @@ pub struct LoadArgs {
     pub out: Option<PathBuf>,
 }
 
+impl LoadArgs {
+    /// A run of the never-repeating document stream against `gateway`, with a real API client's
+    /// 10 s timeout and no cap on requests in flight worth the name: what game days, the
+    /// replay and its probes send.
+    pub fn stream(gateway: &str, rate: f64, seconds: u64, tenants: TenantMix, seed: u64) -> Self {
+        LoadArgs {
+            gateway: gateway.to_string(),
+            rate,
+            duration: seconds,
+            timeout_ms: 10_000,
+            tenants,
+            docs: Docs::Stream,
+            max_in_flight: 10_000,
+            seed,
+            out: None,
+        }
+    }
+}
+
 #[derive(Debug, Serialize)]
 pub struct LoadReport {
     pub target_rate: f64,

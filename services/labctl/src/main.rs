@@ -240,9 +240,22 @@ struct SeedCli {
     if_empty: bool,
 }
 
+impl Cli {
+    /// What a labctl child process (a game day's action) needs to act on the same lab.
+    fn globals(&self) -> gameday::Globals {
+        gameday::Globals {
+            database_url: self.database_url.clone(),
+            redis_url: self.redis_url.clone(),
+            state_dir: self.state_dir.clone(),
+            data_dir: self.data_dir.clone(),
+        }
+    }
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    let globals = cli.globals();
     match cli.command {
         Command::Db {
             command: DbCommand::Prepare,
@@ -336,22 +349,10 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Gameday(args) => {
             let keys = seed::read_api_keys(&cli.data_dir)?;
-            let globals = gameday::Globals {
-                database_url: cli.database_url.clone(),
-                redis_url: cli.redis_url.clone(),
-                state_dir: cli.state_dir.clone(),
-                data_dir: cli.data_dir.clone(),
-            };
             gameday::run(&args, &globals, &cli.state_dir, keys).await?;
         }
         Command::Replay(args) => {
             let keys = seed::read_api_keys(&cli.data_dir)?;
-            let globals = gameday::Globals {
-                database_url: cli.database_url.clone(),
-                redis_url: cli.redis_url.clone(),
-                state_dir: cli.state_dir.clone(),
-                data_dir: cli.data_dir.clone(),
-            };
             gameday::replay::run(&args, &globals, keys).await?;
         }
         Command::Tenants { command } => tenants::run(command, &cli.database_url).await?,

@@ -25,20 +25,6 @@ const OVERLOAD: f64 = 1.5;
 /// Seconds of each open-loop run.
 const RUN_SECONDS: u64 = 10;
 
-fn load_args(gateway: &str, rate: f64, seconds: u64, seed: u64) -> LoadArgs {
-    LoadArgs {
-        gateway: gateway.to_string(),
-        rate,
-        duration: seconds,
-        timeout_ms: 10_000,
-        tenants: TenantMix::Size,
-        max_in_flight: 10_000,
-        seed,
-        out: None,
-        docs: Docs::Stream,
-    }
-}
-
 /// Handler seconds at entity-service, all and after the end user had gone.
 async fn work(lab: &Lab) -> (f64, f64) {
     let es = &lab.entity_services[0].url;
@@ -82,7 +68,7 @@ impl Measured {
 
 async fn open_loop(lab: &Lab, data: &std::path::Path, rate: f64, seed: u64) -> Measured {
     let (busy0, ab0) = work(lab).await;
-    let args = load_args(&lab.gateway.url, rate, RUN_SECONDS, seed);
+    let args = LoadArgs::stream(&lab.gateway.url, rate, RUN_SECONDS, TenantMix::Size, seed);
     let keys = seed::read_api_keys(data).unwrap();
     let source = DocSource::open(Docs::Stream, data, TenantMix::Size).unwrap();
     let report = load::run_with(&args, RateControl::new(rate).unwrap(), keys, source)
@@ -131,7 +117,7 @@ async fn the_real_trigger_storms_the_legacy_lab_and_the_fixed_one_absorbs_it() {
     lab.set_flag("client.mode", "resilient").await;
     let keys = seed::read_api_keys(&data).unwrap();
     let probe = |seconds: u64, seed: u64| {
-        let args = load_args(&lab.gateway.url, 1.0, seconds, seed);
+        let args = LoadArgs::stream(&lab.gateway.url, 1.0, seconds, TenantMix::Size, seed);
         let source = DocSource::open(Docs::Stream, &data, TenantMix::Size).unwrap();
         let keys = keys.clone();
         async move { load::run_closed(&args, 8, keys, source).await }

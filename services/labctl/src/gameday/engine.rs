@@ -248,17 +248,7 @@ pub async fn execute(
         run.rate
     );
     let control = RateControl::new(sc.phases[0].rate.unwrap_or(run.rate))?;
-    let load_args = LoadArgs {
-        gateway: run.gateway.clone(),
-        rate: control.get(),
-        duration: total,
-        timeout_ms: 10_000,
-        tenants: run.tenants,
-        max_in_flight: 10_000,
-        seed: run.seed,
-        out: None,
-        docs: Docs::Stream,
-    };
+    let load_args = LoadArgs::stream(&run.gateway, control.get(), total, run.tenants, run.seed);
     let source = DocSource::open(Docs::Stream, &globals.data_dir, load_args.tenants)?;
     std::fs::create_dir_all(&run.out).with_context(|| format!("creating {}", run.out.display()))?;
     let actions_log = run.out.join("actions.log");

@@ -184,17 +184,13 @@ async fn closed_loop(
     tail: u64,
     seed: u64,
 ) -> anyhow::Result<(f64, load::LoadReport)> {
-    let la = LoadArgs {
-        gateway: format!("http://127.0.0.1:{}", args.lab.gateway_port),
-        rate: 1.0,
-        duration: seconds,
-        timeout_ms: 10_000,
-        tenants: TenantMix::Size,
-        max_in_flight: 10_000,
+    let la = LoadArgs::stream(
+        &format!("http://127.0.0.1:{}", args.lab.gateway_port),
+        1.0,
+        seconds,
+        TenantMix::Size,
         seed,
-        out: None,
-        docs: Docs::Stream,
-    };
+    );
     let source = DocSource::open(Docs::Stream, &g.data_dir, TenantMix::Size)?;
     let r = load::run_closed(&la, args.probe_concurrency, keys.to_vec(), source).await?;
     let from = seconds.saturating_sub(tail);
