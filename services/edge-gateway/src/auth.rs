@@ -35,6 +35,17 @@ enum Cached {
     Refused,
 }
 
+/// A cached answer: when PostgreSQL last confirmed it, and when it was last asked.
+#[derive(Clone)]
+struct Entry {
+    /// Bounds how stale an answer may be used (`stale_ttl`).
+    verified_at: Instant,
+    /// Bounds how often PostgreSQL is asked (`ttl`): a failed re-verification counts, so while
+    /// the store is down each key waits `refresh_timeout` once per `ttl`, not on every request.
+    checked_at: Instant,
+    answer: Cached,
+}
+
 pub struct KeyStore {
     pool: PgPool,
     ttl: Duration,
@@ -42,7 +53,8 @@ pub struct KeyStore {
     stale_ttl: Duration,
     /// How long a request waits for re-verifying an expired answer before using it stale.
     refresh_timeout: Duration,
-    cache: Mutex<HashMap<String, (Instant, Cached)>>,
+    /// key id → its last answer.
+    cache: Mutex<HashMap<String, Entry>>,
     outcomes: IntCounterVec,
 }
 
@@ -134,9 +146,10 @@ impl KeyStore {
             .expect("auth cache lock")
             .get(key_id)
             .cloned();
-        if let Some((at, c)) = &previous {
-            if at.elapsed() < self.ttl {
-                return Ok((c.clone(), false));
+        if let Some(e) = &previous {
+            if e.checked_at.elapsed() < self.ttl {
+                // Asked recently: the answer as it stands (stale if that asking failed).
+                return Ok((e.answer.clone(), e.verified_at.elapsed() >= self.ttl));
             }
         }
         let query = sqlx::query_as::<_, (i64, Vec<u8>, bool, i32)>(
@@ -148,8 +161,8 @@ impl KeyStore {
         // An expired answer in hand bounds the wait for a fresh one.
         let usable = previous
             .as_ref()
-            .filter(|(at, _)| at.elapsed() < self.stale_ttl)
-            .map(|(_, c)| c.clone());
+            .filter(|e| e.verified_at.elapsed() < self.stale_ttl)
+            .cloned();
         let fetched = match &usable {
             Some(_) => match tokio::time::timeout(self.refresh_timeout, query).await {
                 Ok(r) => r.map_err(|e| e.to_string()),
@@ -163,9 +176,16 @@ impl KeyStore {
         let row = match fetched {
             Ok(row) => row,
             Err(e) => {
-                if let Some(c) = usable {
+                if let Some(mut entry) = usable {
                     tracing::debug!(error = %e, "API key re-verification failed; using the last answer");
-                    return Ok((c, true));
+                    // Asked and failed: do not ask again for a TTL.
+                    entry.checked_at = Instant::now();
+                    let answer = entry.answer.clone();
+                    self.cache
+                        .lock()
+                        .expect("auth cache lock")
+                        .insert(key_id.to_string(), entry);
+                    return Ok((answer, true));
                 }
                 tracing::warn!(error = %e, "API key lookup failed");
                 return Err((
@@ -188,9 +208,17 @@ impl KeyStore {
         let mut cache = self.cache.lock().expect("auth cache lock");
         // Bound the cache: a scan of random key ids must not grow it without limit.
         if cache.len() > 100_000 {
-            cache.retain(|_, (at, _)| at.elapsed() < self.ttl);
+            cache.retain(|_, e| e.checked_at.elapsed() < self.ttl);
         }
-        cache.insert(key_id.to_string(), (Instant::now(), cached.clone()));
+        let now = Instant::now();
+        cache.insert(
+            key_id.to_string(),
+            Entry {
+                verified_at: now,
+                checked_at: now,
+                answer: cached.clone(),
+            },
+        );
         Ok((cached, false))
     }
 }
