@@ -140,6 +140,11 @@ enum Command {
         #[command(subcommand)]
         command: kafka::KafkaCommand,
     },
+    /// (Re)draw a game day's or a replay's report.html from its run directory.
+    Report {
+        /// The run's directory (with summary.json and series.jsonl).
+        dir: PathBuf,
+    },
     /// Rolling restart of a service's replicas (the postmortem's rollback: processes cycle,
     /// caches start cold).
     Rollout {
@@ -359,6 +364,9 @@ async fn main() -> anyhow::Result<()> {
         Command::Flags { command } => flags::run(command, &cli.redis_url, &cli.state_dir).await?,
         Command::Kafka { command } => kafka::run(command, &cli.state_dir).await?,
         Command::Supervise { plan } => supervise::supervise(&plan).await?,
+        Command::Report { dir } => {
+            println!("{}", gameday::html::render(&dir)?.display());
+        }
         Command::Rollout { command } => ops::rollout(&cli.state_dir, &command).await?,
         Command::Scale { service, replicas } => {
             ops::scale(&cli.state_dir, &service, replicas).await?

@@ -6,7 +6,9 @@
 //! shaped like the postmortem's Performance Comparison (one column per phase). Everything — the
 //! per-second series, the summary, the load report — is written as JSON and Markdown.
 
+pub mod charts;
 pub mod engine;
+pub mod html;
 pub mod replay;
 pub mod report;
 pub mod scenario;
@@ -294,7 +296,8 @@ pub async fn run(
         serde_json::to_vec_pretty(&report)?,
     )?;
     std::fs::write(out.join("summary.md"), &md)?;
-    println!("report written to {}", out.display());
+    let html = html::render(&out)?;
+    println!("report written to {} ({})", out.display(), html.display());
     fail_on_inconsistency(&outcome.consistency, &out)?;
     if args.strict && expectations.iter().any(|e| !e.ok) {
         bail!("expectations not met (see above)");

@@ -138,6 +138,8 @@ struct ModeReport {
     actions: Vec<engine::Action>,
     load_sent: u64,
     load_by_status: BTreeMap<String, u64>,
+    /// The load generator's per-second samples (the charts' offered load and goodput).
+    load_per_second: Vec<load::SecondSample>,
     /// Goodput while the plan is stale over what the stale database could serve of that load
     /// ([`fix_quality`]) — 1 is a perfect client.
     fix_quality: Option<f64>,
@@ -738,6 +740,7 @@ pub async fn run(args: &ReplayArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> any
             actions: outcome.actions,
             load_sent: outcome.load.sent,
             load_by_status: outcome.load.by_status.clone(),
+            load_per_second: outcome.load.per_second.clone(),
             fix_quality,
         });
     }
@@ -753,10 +756,12 @@ pub async fn run(args: &ReplayArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> any
         })?,
     )?;
     println!("\n{md}");
+    let html = super::html::render(&out)?;
     println!(
-        "replay done in {:.1} min; report: {}",
+        "replay done in {:.1} min; report: {} ({} with the charts)",
         started.elapsed().as_secs_f64() / 60.0,
-        out.join("replay.md").display()
+        out.join("replay.md").display(),
+        html.display()
     );
     if reports.is_empty() {
         bail!("no mode was replayed");

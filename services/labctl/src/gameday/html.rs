@@ -1,0 +1,388 @@
+//! `report.html`: one self-contained file per game day or replay (no network at view time) —
+//! the verdicts and the calibration as tables, and every panel of [`super::charts::PANELS`] as
+//! an inline SVG chart, one column per mode, phases as bands. Written from the run's own files
+//! (`summary.json`, `series.jsonl`), so `labctl report <dir>` can draw it again at any time.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use serde_json::Value;
+
+use super::charts::{self, RunSeries, PANELS};
+use crate::load::SecondSample;
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+fn load_samples(v: &Value) -> Vec<SecondSample> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .map(|s| SecondSample {
+                    second: s["second"].as_u64().unwrap_or(0),
+                    sent: s["sent"].as_u64().unwrap_or(0),
+                    ok: s["ok"].as_u64().unwrap_or(0),
+                    good: s["good"].as_u64().unwrap_or(0),
+                    errors: s["errors"].as_u64().unwrap_or(0),
+                    p50_ms: s["p50_ms"].as_f64().unwrap_or(0.0),
+                    p99_ms: s["p99_ms"].as_f64().unwrap_or(0.0),
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn phases(v: &Value) -> Vec<(String, f64, f64)> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .map(|p| {
+                    (
+                        p["name"].as_str().unwrap_or("").to_string(),
+                        p["start"].as_f64().unwrap_or(0.0),
+                        p["seconds"].as_f64().unwrap_or(0.0),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+const STYLE: &str = "body{font-family:sans-serif;margin:16px auto;max-width:1600px;color:#222}\
+h1{font-size:20px}h2{font-size:16px;margin-top:28px}table{border-collapse:collapse;font-size:12px;\
+margin:8px 0}td,th{border:1px solid #ccc;padding:3px 6px;vertical-align:top}th{background:#f4f4f8}\
+.ok{color:#1a7f37}.no{color:#b42318;font-weight:bold}.grid{display:grid;gap:10px}\
+.why{font-size:12px;color:#555;margin:2px 0 6px}svg{max-width:100%;height:auto}";
+
+/// The page for one run directory: a replay (`summary.json` with a calibration and modes) or a
+/// game day (`summary.json` with phases and the load).
+pub fn render(dir: &Path) -> anyhow::Result<PathBuf> {
+    let summary: Value = serde_json::from_slice(
+        &std::fs::read(dir.join("summary.json"))
+            .with_context(|| format!("reading {}/summary.json", dir.display()))?,
+    )?;
+    let mut runs: Vec<(String, RunSeries)> = Vec::new();
+    let mut html = String::new();
+    if summary.get("calibration").is_some() {
+        for m in summary["modes"].as_array().into_iter().flatten() {
+            let mode = m["mode"].as_str().unwrap_or("?").to_lowercase();
+            let series = dir.join(&mode).join("series.jsonl");
+            runs.push((
+                mode,
+                RunSeries::read(
+                    &series,
+                    load_samples(&m["load_per_second"]),
+                    phases(&m["phases"]),
+                )?,
+            ));
+        }
+        head(
+            &mut html,
+            &format!(
+                "Replay: {}",
+                summary["scenario"]["name"].as_str().unwrap_or("")
+            ),
+        );
+        replay_tables(&mut html, &summary);
+    } else {
+        let mode = summary["mode"].as_str().unwrap_or("?").to_lowercase();
+        runs.push((
+            mode.clone(),
+            RunSeries::read(
+                &dir.join("series.jsonl"),
+                load_samples(&summary["load"]["per_second"]),
+                phases(&summary["phases"]),
+            )?,
+        ));
+        head(
+            &mut html,
+            &format!(
+                "Game day: {} — {mode} mode",
+                summary["scenario"]["name"].as_str().unwrap_or("")
+            ),
+        );
+        let _ = writeln!(
+            html,
+            "<p>{}</p>",
+            esc(summary["scenario"]["summary"].as_str().unwrap_or(""))
+        );
+    }
+    let _ = writeln!(
+        html,
+        "<h2>The run, second by second</h2><p class=why>Every chart is drawn from this run's own \
+         scrapes (<code>series.jsonl</code>, one scrape of every replica per second); shaded bands \
+         and labels are the phases. Full tables: <code>summary.md</code> / \
+         <code>replay.md</code>.</p>"
+    );
+    for panel in PANELS {
+        let _ = writeln!(
+            html,
+            "<h3 style='font-size:14px;margin:18px 0 0'>{}</h3><p class=why>{}</p><div class=grid \
+             style='grid-template-columns:repeat({},1fr)'>",
+            esc(panel.title),
+            esc(panel.why),
+            runs.len().max(1)
+        );
+        for (mode, run) in &runs {
+            let _ = writeln!(
+                html,
+                "<div id='{}-{mode}'>{}</div>",
+                panel.id,
+                charts::svg(panel, run, mode)?
+            );
+        }
+        html.push_str("</div>\n");
+    }
+    html.push_str("</body></html>\n");
+    let path = dir.join("report.html");
+    std::fs::write(&path, &html).with_context(|| format!("writing {}", path.display()))?;
+    Ok(path)
+}
+
+fn head(html: &mut String, title: &str) {
+    let _ = writeln!(
+        html,
+        "<!doctype html><html><head><meta charset='utf-8'><title>{t}</title><style>{STYLE}</style>\
+         </head><body><h1>{t}</h1>",
+        t = esc(title)
+    );
+}
+
+fn num(v: &Value, digits: usize) -> String {
+    v.as_f64()
+        .filter(|x| x.is_finite())
+        .map_or("—".into(), |x| format!("{x:.digits$}"))
+}
+
+fn replay_tables(html: &mut String, s: &Value) {
+    let c = &s["calibration"];
+    let _ = writeln!(
+        html,
+        "<h2>Calibration</h2><table><tr><th>healthy capacity</th><th>stale-plan capacity</th>\
+         <th>replay rate</th><th>healthy utilisation</th><th>orchestrator memory limit</th>\
+         <th>time scale</th></tr><tr><td>{} rps</td><td>{} rps</td><td>{} rps</td><td>{}%</td>\
+         <td>{}</td><td>{}×</td></tr></table>",
+        num(&c["healthy_capacity_rps"], 0),
+        num(&c["stale_capacity_rps"], 0),
+        num(&c["rate"], 0),
+        c["healthy_utilisation"]
+            .as_f64()
+            .filter(|x| x.is_finite())
+            .map_or("—".into(), |x| format!("{:.0}", 100.0 * x)),
+        c["memory_limit_bytes"]
+            .as_u64()
+            .map_or("none".into(), |b| format!("{} MiB", b >> 20)),
+        num(&s["time_scale"], 2),
+    );
+    let modes: Vec<&Value> = s["modes"]
+        .as_array()
+        .map(|a| a.iter().collect())
+        .unwrap_or_default();
+    let _ = write!(
+        html,
+        "<h2>The postmortem's timeline, step by step</h2><table><tr><th>time</th><th>step</th>\
+         <th>the postmortem</th>"
+    );
+    for m in &modes {
+        let _ = write!(
+            html,
+            "<th>{} (measured)</th><th>verdict</th>",
+            esc(m["mode"].as_str().unwrap_or(""))
+        );
+    }
+    html.push_str("</tr>\n");
+    for p in s["scenario"]["phases"].as_array().into_iter().flatten() {
+        let name = p["name"].as_str().unwrap_or("");
+        let _ = write!(
+            html,
+            "<tr><td>{}</td><td>{}</td><td>{}</td>",
+            esc(p["postmortem"]["time"].as_str().unwrap_or("")),
+            esc(name),
+            esc(p["postmortem"]["observation"].as_str().unwrap_or(""))
+        );
+        for m in &modes {
+            let step = m["steps"]
+                .as_array()
+                .and_then(|a| a.iter().find(|st| st["phase"] == name));
+            match step {
+                Some(st) => {
+                    let mut cell = String::new();
+                    for c in st["checks"].as_array().into_iter().flatten() {
+                        let mark = match c["ok"].as_bool() {
+                            Some(true) => "<span class=ok>✔</span>",
+                            Some(false) => "<span class=no>✘</span>",
+                            None => "?",
+                        };
+                        let _ = write!(
+                            cell,
+                            "{mark} {}: {}{}<br>",
+                            esc(c["check"].as_str().unwrap_or("")),
+                            c["reference"]
+                                .as_f64()
+                                .map_or(String::new(), |r| format!("{r:.2} → ")),
+                            num(&c["value"], 2)
+                        );
+                    }
+                    let verdict = if st["reproduced"].as_bool() == Some(true) {
+                        "<span class=ok>reproduced</span>"
+                    } else {
+                        "<span class=no>not reproduced</span>"
+                    };
+                    let _ = write!(html, "<td>{cell}</td><td>{verdict}</td>");
+                }
+                None => html.push_str("<td>—</td><td>—</td>"),
+            }
+        }
+        html.push_str("</tr>\n");
+    }
+    html.push_str("</table>\n<p>");
+    for m in &modes {
+        let steps = m["steps"].as_array().map(Vec::len).unwrap_or(0);
+        let ok = m["steps"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter(|s| s["reproduced"].as_bool() == Some(true))
+                    .count()
+            })
+            .unwrap_or(0);
+        let _ = write!(
+            html,
+            "<b>{}</b>: {ok} of {steps} steps reproduced; the fix in one number (goodput while the \
+             plan is stale / what the stale database could serve): {}. ",
+            esc(m["mode"].as_str().unwrap_or("")),
+            num(&m["fix_quality"], 2)
+        );
+    }
+    html.push_str("</p>\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixture() -> PathBuf {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/gameday-fixture");
+        let dir = std::env::temp_dir().join(format!("lab_html_{:016x}", rand::random::<u64>()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in ["summary.json", "series.jsonl"] {
+            std::fs::copy(src.join(f), dir.join(f)).unwrap();
+        }
+        dir
+    }
+
+    #[test]
+    fn html_report_from_a_recorded_run_draws_every_panel() {
+        let dir = fixture();
+        let path = render(&dir).unwrap();
+        let html = std::fs::read_to_string(&path).unwrap();
+        assert!(html.starts_with("<!doctype html>"));
+        // Self-contained: nothing to fetch at view time (SVG's namespace is a name, not a fetch).
+        let fetches = html.matches("src=").count()
+            + html.matches("<link").count()
+            + html.matches("@import").count();
+        assert_eq!(fetches, 0, "no external resource");
+        for p in PANELS {
+            let at = html
+                .find(&format!("id='{}-legacy'", p.id))
+                .unwrap_or_else(|| panic!("panel {} missing", p.id));
+            let svg_end = at + html[at..].find("</svg>").expect("an svg per panel");
+            let svg = &html[at..svg_end];
+            assert!(svg.contains("<svg"), "{}", p.id);
+            for line in p.lines {
+                assert!(
+                    svg.contains(&line.label.replace('\'', "&apos;")),
+                    "{}: legend of {}",
+                    p.id,
+                    line.label
+                );
+            }
+            // The phases, as bands and names.
+            assert!(
+                svg.contains("healthy") && svg.contains("dependency-dead"),
+                "{}",
+                p.id
+            );
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn charts_compute_what_the_run_measured() {
+        let dir = fixture();
+        let summary: Value =
+            serde_json::from_slice(&std::fs::read(dir.join("summary.json")).unwrap()).unwrap();
+        let run = RunSeries::read(
+            &dir.join("series.jsonl"),
+            load_samples(&summary["load"]["per_second"]),
+            phases(&summary["phases"]),
+        )
+        .unwrap();
+        let dead_from = run.phases[1].1;
+        let line = |id: &str, k: usize| {
+            let p = PANELS.iter().find(|p| p.id == id).unwrap();
+            run.points(&p.lines[k].q)
+        };
+        // The blindfold: the gateway's p99 can never show more than its 3 s budget.
+        let gw_p99 = line("blindfold", 0);
+        assert!(!gw_p99.is_empty());
+        assert!(
+            gw_p99.iter().all(|(_, v)| *v <= 3000.0 + 1e-9),
+            "{gw_p99:?}"
+        );
+        // The dependency dies: the 5xx share climbs to most requests.
+        let err = line("golden-signals", 1);
+        let worst = err
+            .iter()
+            .filter(|(t, _)| *t > dead_from + 5.0)
+            .map(|(_, v)| *v)
+            .fold(0.0, f64::max);
+        assert!(worst > 50.0, "5xx % in the dead phase: {worst}");
+        let healthy = err
+            .iter()
+            .filter(|(t, _)| *t < dead_from)
+            .map(|(_, v)| *v)
+            .fold(0.0, f64::max);
+        assert!(healthy < 5.0, "healthy phase: {healthy}");
+        // Offered load is the load generator's own count, about the run's rate.
+        let offered = line("goodput", 0);
+        let mean = offered.iter().map(|(_, v)| v).sum::<f64>() / offered.len().max(1) as f64;
+        let rate = summary["scenario"]["rate"].as_f64().unwrap();
+        assert!(
+            (mean - rate).abs() < rate * 0.5,
+            "offered {mean} vs rate {rate}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn every_panel_quantity_is_on_a_grafana_dashboard_too() {
+        // One set of quantities: what the HTML charts draw, Grafana shows under the same name.
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../grafana/dashboards");
+        let mut exprs = String::new();
+        for e in std::fs::read_dir(&dir).unwrap().flatten() {
+            exprs.push_str(&std::fs::read_to_string(e.path()).unwrap());
+        }
+        fn metric(q: &charts::Q) -> Vec<&'static str> {
+            match q {
+                charts::Q::Rate { metric, .. }
+                | charts::Q::Gauge { metric, .. }
+                | charts::Q::Quantile { metric, .. } => vec![metric],
+                charts::Q::Percent(a, b) => [metric(a), metric(b)].concat(),
+                charts::Q::Offered | charts::Q::Goodput => vec![],
+            }
+        }
+        for p in PANELS {
+            for l in p.lines {
+                for m in metric(&l.q) {
+                    assert!(exprs.contains(m), "{} ({}) is on no dashboard", m, p.id);
+                }
+            }
+        }
+    }
+}
