@@ -11,6 +11,7 @@
 //! labctl tenants list|create-key|revoke      API keys (hashes only in the database)
 //! labctl gameday <scenario> --mode legacy|resilient   a scenario, scraped and summarized
 //! labctl replay [--mode both]        the main job: calibrate, replay the incident, verdicts
+//! labctl watch                        the report's panels, live, in a terminal
 //! labctl rollout restart <service>     a rolling restart (Argo's rollback: every cache cold)
 //! labctl scale <service> --replicas N  more (cold) replicas, joining the gateway's rotation
 //! labctl limits memory <service> 700M  a memory limit the kernel enforces (OOMKilled)
@@ -38,6 +39,7 @@ mod supervise;
 mod tenants;
 #[cfg(test)]
 mod trigger_test;
+mod watch;
 
 use std::path::PathBuf;
 
@@ -140,6 +142,8 @@ enum Command {
         #[command(subcommand)]
         command: kafka::KafkaCommand,
     },
+    /// A live terminal dashboard of the report's panels (a second terminal during a game day).
+    Watch(watch::WatchArgs),
     /// (Re)draw a game day's or a replay's report.html from its run directory.
     Report {
         /// The run's directory (with summary.json and series.jsonl).
@@ -364,6 +368,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Flags { command } => flags::run(command, &cli.redis_url, &cli.state_dir).await?,
         Command::Kafka { command } => kafka::run(command, &cli.state_dir).await?,
         Command::Supervise { plan } => supervise::supervise(&plan).await?,
+        Command::Watch(args) => watch::run(&args, &cli.state_dir).await?,
         Command::Report { dir } => {
             println!("{}", gameday::html::render(&dir)?.display());
         }

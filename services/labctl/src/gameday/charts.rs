@@ -78,13 +78,30 @@ pub const RATE_WINDOW: usize = 5;
 
 pub struct Line {
     pub label: &'static str,
+    /// The label where 14 columns is all there is (`labctl watch`).
+    pub short: &'static str,
     pub q: Q,
+}
+
+impl Line {
+    /// [`Line::short`], saying so where the gateway's counters stand in for the load generator's
+    /// record (see [`Q::Offered`]'s fallback): the gateway counts a request when it is answered,
+    /// not when it is sent, so in a storm "answered" trails what was offered.
+    pub fn short_for(&self, run: &RunSeries) -> &'static str {
+        match self.q {
+            Q::Offered if run.load.is_empty() => "gw answered",
+            Q::Goodput if run.load.is_empty() => "gw 200s",
+            _ => self.short,
+        }
+    }
 }
 
 pub struct Panel {
     /// Stable id (file names, tests).
     pub id: &'static str,
     pub title: &'static str,
+    /// The title where 40 columns is all there is (`labctl watch`).
+    pub short: &'static str,
     pub unit: &'static str,
     /// What to look for, in the postmortem's terms.
     pub why: &'static str,
@@ -102,10 +119,17 @@ const GATEWAY_5XX: Q = Q::Rate {
     filter: Filter::StartsWith("status", "5"),
 };
 
+const GATEWAY_200: Q = Q::Rate {
+    service: "edge-gateway",
+    metric: "gateway_requests_total",
+    filter: Filter::Is("status", "200"),
+};
+
 /// Every panel, in reading order.
 pub static PANELS: &[Panel] = &[
     Panel {
         id: "blindfold",
+        short: "p99: gateway (clamped) vs entity",
         title: "Gateway p99 (clamped at the 3 s budget) vs entity-service's own p99",
         unit: "ms",
         why:
@@ -114,6 +138,7 @@ pub static PANELS: &[Panel] = &[
         lines: &[
             Line {
                 label: "gateway p99 (gateway's view)",
+                short: "gateway p99",
                 q: Q::Quantile {
                     service: "edge-gateway",
                     metric: "gateway_request_duration_seconds",
@@ -122,6 +147,7 @@ pub static PANELS: &[Panel] = &[
             },
             Line {
                 label: "entity-service p99 (its own view)",
+                short: "entity p99",
                 q: Q::Quantile {
                     service: "entity-service",
                     metric: "entity_service_request_duration_seconds",
@@ -132,32 +158,38 @@ pub static PANELS: &[Panel] = &[
     },
     Panel {
         id: "golden-signals",
+        short: "Gateway golden signals",
         title: "Gateway Golden Signals: accepted rps and 5xx rate",
         unit: "rps / %",
         why: "Request rate flat, error rate climbing.",
         lines: &[
             Line {
                 label: "gateway accepted rps",
+                short: "accepted rps",
                 q: GATEWAY_RPS,
             },
             Line {
                 label: "5xx %",
+                short: "5xx %",
                 q: Q::Percent(&GATEWAY_5XX, &GATEWAY_RPS),
             },
         ],
     },
     Panel {
         id: "entity-inbound",
+        short: "entity-service inbound vs ingress",
         title: "entity-service inbound vs gateway ingress",
         unit: "rps",
         why: "Inbound to an internal service against public traffic: amplification is the gap.",
         lines: &[
             Line {
                 label: "gateway ingress",
+                short: "ingress",
                 q: GATEWAY_RPS,
             },
             Line {
                 label: "entity-service inbound",
+                short: "entity inbound",
                 q: Q::Rate {
                     service: "entity-service",
                     metric: "entity_service_requests_total",
@@ -166,6 +198,7 @@ pub static PANELS: &[Panel] = &[
             },
             Line {
                 label: "entity-service served (200)",
+                short: "entity served",
                 q: Q::Rate {
                     service: "entity-service",
                     metric: "entity_service_requests_total",
@@ -176,12 +209,14 @@ pub static PANELS: &[Panel] = &[
     },
     Panel {
         id: "orchestrator-resources",
+        short: "orchestrator tasks and memory",
         title: "orchestrator tasks alive and memory (max per replica)",
         unit: "tasks / MB",
         why: "The postmortem's goroutines 240 → 4,180 per pod, memory tracking them.",
         lines: &[
             Line {
                 label: "tasks alive (max)",
+                short: "tasks (max)",
                 q: Q::Gauge {
                     service: "orchestrator",
                     metric: "tokio_alive_tasks",
@@ -192,6 +227,7 @@ pub static PANELS: &[Panel] = &[
             },
             Line {
                 label: "RSS MB (max)",
+                short: "RSS MB (max)",
                 q: Q::Gauge {
                     service: "orchestrator",
                     metric: "process_resident_memory_bytes",
@@ -204,22 +240,26 @@ pub static PANELS: &[Panel] = &[
     },
     Panel {
         id: "goodput",
+        short: "Goodput vs offered",
         title: "Goodput vs offered load",
         unit: "rps",
         why: "What users got (a 200 within 3 s) against what they asked for.",
         lines: &[
             Line {
                 label: "offered",
+                short: "offered",
                 q: Q::Offered,
             },
             Line {
                 label: "goodput",
+                short: "goodput",
                 q: Q::Goodput,
             },
         ],
     },
     Panel {
         id: "database",
+        short: "PostgreSQL",
         title: "PostgreSQL: connections in use, active backends, hot plan",
         unit: "connections / 0-1",
         why:
@@ -228,6 +268,7 @@ pub static PANELS: &[Panel] = &[
         lines: &[
             Line {
                 label: "pool connections in use",
+                short: "pool in use",
                 q: Q::Gauge {
                     service: "entity-service",
                     metric: "entity_db_pool_connections",
@@ -238,6 +279,7 @@ pub static PANELS: &[Panel] = &[
             },
             Line {
                 label: "backends active (pg_stat_activity)",
+                short: "pg active",
                 q: Q::Gauge {
                     service: "entity-service",
                     metric: "entity_db_backends",
@@ -248,6 +290,7 @@ pub static PANELS: &[Panel] = &[
             },
             Line {
                 label: "hot plan is an index scan",
+                short: "index scan?",
                 q: Q::Gauge {
                     service: "entity-service",
                     metric: "entity_db_hot_plan_index_scan",
@@ -260,6 +303,7 @@ pub static PANELS: &[Panel] = &[
     },
     Panel {
         id: "controls",
+        short: "Fixed client controls",
         title: "The fixed client's controls: retry budget tokens, breaker state, sheds",
         unit: "tokens / state / per s",
         why: "The retry budget drains before error rates move; the breaker sheds (2) a failing \
@@ -267,6 +311,7 @@ pub static PANELS: &[Panel] = &[
         lines: &[
             Line {
                 label: "retry budget tokens (min)",
+                short: "retry tokens",
                 q: Q::Gauge {
                     service: "orchestrator",
                     metric: "entity_retry_budget_tokens",
@@ -277,6 +322,7 @@ pub static PANELS: &[Panel] = &[
             },
             Line {
                 label: "breaker state (max; 2 = shedding)",
+                short: "breaker (2=shed)",
                 q: Q::Gauge {
                     service: "orchestrator",
                     metric: "entity_breaker_state",
@@ -287,6 +333,7 @@ pub static PANELS: &[Panel] = &[
             },
             Line {
                 label: "calls shed per second",
+                short: "shed /s",
                 q: Q::Rate {
                     service: "orchestrator",
                     metric: "entity_shed_total",
@@ -297,12 +344,14 @@ pub static PANELS: &[Panel] = &[
     },
     Panel {
         id: "abandoned",
+        short: "Work for callers gone",
         title: "Work for callers already gone: orphaned spans and abandoned entity-service time",
         unit: "per s",
         why: "A child span outliving its parent means cancellation is broken.",
         lines: &[
             Line {
                 label: "orphaned spans per second",
+                short: "orphans /s",
                 q: Q::Rate {
                     service: "orchestrator",
                     metric: "otel_span_orphaned_total",
@@ -311,6 +360,7 @@ pub static PANELS: &[Panel] = &[
             },
             Line {
                 label: "abandoned entity-service seconds per second",
+                short: "abandoned s/s",
                 q: Q::Rate {
                     service: "entity-service",
                     metric: "entity_service_abandoned_seconds_total",
@@ -492,6 +542,19 @@ impl RunSeries {
             Q::Percent(a, b) => {
                 let (a, b) = (self.eval(a, i)?, self.eval(b, i)?);
                 (b > 0.0).then(|| 100.0 * a / b)
+            }
+            Q::Offered | Q::Goodput if self.load.is_empty() => {
+                // No load generator's record (`labctl watch` attaches to a run from outside):
+                // the gateway's own counters are the next best view. A gateway 200 is inside the
+                // budget, since the gateway answers 504 at 3 s.
+                self.eval(
+                    if matches!(q, Q::Offered) {
+                        &GATEWAY_RPS
+                    } else {
+                        &GATEWAY_200
+                    },
+                    i,
+                )
             }
             Q::Offered | Q::Goodput => {
                 // Load seconds are measured from the load's start, which is the run's t = 0.

@@ -75,7 +75,7 @@ pub struct Outcome {
 }
 
 /// The targets of the native lab's state, plus the supervisor's pseudo-target.
-fn native_targets(state_dir: &Path) -> anyhow::Result<(Vec<Target>, supervise::State)> {
+pub fn native_targets(state_dir: &Path) -> anyhow::Result<(Vec<Target>, supervise::State)> {
     let Some(state) = supervise::read_state(state_dir)? else {
         bail!("no lab is up: start one with `labctl up` (or name the replicas with --targets)");
     };
@@ -127,7 +127,7 @@ fn supervisor_scrape(state: &supervise::State) -> Scrape {
 }
 
 /// Scrape every target once (the supervisor's from its state file).
-async fn scrape_once(
+pub async fn scrape_once(
     http: &reqwest::Client,
     source: &TargetSource,
     targets: &mut Vec<Target>,
@@ -275,6 +275,10 @@ pub async fn execute(
     let end = total as f64 + sc.settle_seconds as f64;
     let mut current = usize::MAX;
     let mut next_tick = started;
+    let status_path = match &run.targets {
+        TargetSource::Native(dir) => Some(status_file(dir)),
+        TargetSource::Fixed(_) => None,
+    };
     let mut running = Vec::new();
     loop {
         let t = started.elapsed().as_secs_f64();
@@ -282,6 +286,20 @@ pub async fn execute(
             break;
         }
         let phase = phase_starts.iter().rposition(|s| *s <= t).unwrap_or(0);
+        if let Some(path) = &status_path {
+            // What `labctl watch` shows as the current step; rewritten every tick (cheap).
+            let status: Status<&str> = Status {
+                scenario: sc.name.as_str(),
+                mode: run.mode.variant(),
+                phase: sc.phases[phase].name.as_str(),
+                index: phase,
+                phases: sc.phases.len(),
+                t,
+                total: total as f64,
+                rate: control.get(),
+            };
+            let _ = write_status(path, &status);
+        }
         if phase != current {
             current = phase;
             let p = &sc.phases[phase];
@@ -315,6 +333,9 @@ pub async fn execute(
         ticks.push(Tick { t, phase, scrapes });
         next_tick += Duration::from_secs(1);
         tokio::time::sleep_until(next_tick.into()).await;
+    }
+    if let Some(path) = &status_path {
+        let _ = std::fs::remove_file(path);
     }
     let load_report = load_task.await.context("load generator panicked")??;
     store.reset().await?;
@@ -371,6 +392,31 @@ pub async fn execute(
         consistency,
         actions,
     })
+}
+
+/// What a running game day is doing, for `labctl watch` (`run/gameday.json` of the native lab).
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct Status<S: AsRef<str> = String> {
+    pub scenario: S,
+    pub mode: S,
+    pub phase: S,
+    pub index: usize,
+    pub phases: usize,
+    /// Seconds since the run started, and the run's length (phases only).
+    pub t: f64,
+    pub total: f64,
+    pub rate: f64,
+}
+
+pub fn status_file(state_dir: &Path) -> PathBuf {
+    state_dir.join("run").join("gameday.json")
+}
+
+fn write_status(path: &Path, s: &Status<&str>) -> anyhow::Result<()> {
+    let tmp = path.with_extension("json.tmp");
+    std::fs::write(&tmp, serde_json::to_vec(s)?)?;
+    std::fs::rename(&tmp, path)?;
+    Ok(())
 }
 
 /// The raw series, one JSON line per tick: `{t, phase, replicas: {name: {series: value}}}`.

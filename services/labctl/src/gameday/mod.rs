@@ -25,7 +25,7 @@ use crate::load::{self, TenantMix};
 use crate::seed::ApiKeyRecord;
 use crate::supervise;
 use scrape::Target;
-use targets::parse_targets;
+pub use targets::parse_targets;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
 pub enum Mode {
