@@ -104,6 +104,39 @@ pub fn init_with_exporter<E: SpanExporter + 'static>(service: &'static str, expo
     install(None::<tracing_subscriber::layer::Identity>, Some(provider))
 }
 
+/// Install a subscriber that exports spans over OTLP/gRPC to `endpoint`, in batches every
+/// `every`, and no logs: the real exporter path of [`init`] with the endpoint given rather than
+/// read from the environment. For tests of a receiver (crates/lab-traces). Returns false if a
+/// global subscriber was already installed.
+pub fn init_with_otlp(
+    service: &'static str,
+    endpoint: &str,
+    every: std::time::Duration,
+) -> Result<bool, String> {
+    use opentelemetry_otlp::WithExportConfig as _;
+    use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor};
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_tonic()
+        .with_endpoint(endpoint)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let processor = BatchSpanProcessor::builder(exporter)
+        .with_batch_config(
+            BatchConfigBuilder::default()
+                .with_scheduled_delay(every)
+                .build(),
+        )
+        .build();
+    let provider = SdkTracerProvider::builder()
+        .with_span_processor(processor)
+        .with_resource(resource(service))
+        .build();
+    Ok(install(
+        None::<tracing_subscriber::layer::Identity>,
+        Some(provider),
+    ))
+}
+
 /// Export what is still queued and stop the exporter. Call once, after the server has stopped;
 /// a no-op when traces are off.
 pub async fn shutdown() {

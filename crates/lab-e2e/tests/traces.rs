@@ -366,4 +366,8 @@ async fn the_enrichment_of_a_document_joins_the_requests_trace_through_kafka() {
         "enrichment.Apply is a child of orchestrator.Extract: {:#?}",
         names(&trace)
     );
+    assert_eq!(
+        apply.kind, "consumer",
+        "asynchronous by contract: outliving the request is not an orphan"
+    );
 }

@@ -368,9 +368,12 @@ impl Worker {
             Some(Ok(event)) => {
                 let origin = Origin { partition, offset };
                 // A child of the extraction's trace (the record's `traceparent`), so a trace shows
-                // the enrichment that followed a request, however much later it ran.
+                // the enrichment that followed a request, however much later it ran. A consumer
+                // span: nobody waits for it, so outliving the request is its contract, not an
+                // orphan (crates/lab-traces tells the two apart by this kind).
                 let span = tracing::info_span!(
                     "enrichment.Apply",
+                    otel.kind = "consumer",
                     event_id = %event.event_id,
                     partition,
                     offset

@@ -50,7 +50,25 @@ pub struct UpArgs {
     /// Seconds to wait for every replica's /readyz.
     #[arg(long, default_value_t = 60)]
     pub wait_seconds: u64,
+    /// Share of requests traced into the lab's own OTLP receiver (`labctl trace`), decided at the
+    /// gateway (`parentbased_traceidratio`: a request's spans are all kept or all not). 0.1: at
+    /// the replay's ~200 rps, 20 traces a second — every kind of failure within seconds — for a
+    /// tenth of the export work of tracing everything, which would compete with the services
+    /// for the same 2 cores. 0: no tracing. Ignored when OTEL_EXPORTER_OTLP_ENDPOINT is set: the
+    /// services then export to that collector, as they do in compose and kind.
+    #[arg(long, default_value_t = 0.1)]
+    pub trace_sample: f64,
+    /// The receiver's OTLP/gRPC port: 4317 + 10000, clear of a compose lab's collector on 4317.
+    #[arg(long, default_value_t = 14317)]
+    pub otlp_port: u16,
+    /// The receiver's query API (`labctl trace`).
+    #[arg(long, default_value_t = 14318)]
+    pub traces_port: u16,
 }
+
+/// Traces kept by the native receiver: at 20 traces a second, the last few minutes — a replay
+/// step and then some — in a few tens of MB.
+pub const TRACE_CAPACITY: usize = 5_000;
 
 fn url(port: u16) -> String {
     format!("http://127.0.0.1:{port}")
@@ -79,11 +97,42 @@ pub fn plan(args: &UpArgs, database_url: &str, state_dir: &Path) -> anyhow::Resu
         args.gateways >= 1 && args.orchestrators >= 1 && args.entity_services >= 1,
         "every tier needs at least one replica"
     );
+    anyhow::ensure!(
+        (0.0..=1.0).contains(&args.trace_sample),
+        "--trace-sample is a share of requests, 0 to 1 (got {})",
+        args.trace_sample
+    );
+    let user_collector = std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .ok()
+        .filter(|v| !v.trim().is_empty());
+    let traces =
+        (user_collector.is_none() && args.trace_sample > 0.0).then_some(supervise::TracesPlan {
+            otlp_port: args.otlp_port,
+            api_port: args.traces_port,
+            capacity: TRACE_CAPACITY,
+        });
     let passthrough = |env: &mut BTreeMap<String, String>| {
         for k in ["RUST_LOG", "OTEL_EXPORTER_OTLP_ENDPOINT"] {
             if let Ok(v) = std::env::var(k) {
                 env.insert(k.to_string(), v);
             }
+        }
+        if let Some(t) = &traces {
+            env.insert(
+                "OTEL_EXPORTER_OTLP_ENDPOINT".into(),
+                format!("http://127.0.0.1:{}", t.otlp_port),
+            );
+            env.insert(
+                "OTEL_TRACES_SAMPLER".into(),
+                "parentbased_traceidratio".into(),
+            );
+            env.insert(
+                "OTEL_TRACES_SAMPLER_ARG".into(),
+                args.trace_sample.to_string(),
+            );
+            // A second rather than the SDK's 5 s: `labctl trace` shows a request soon after it
+            // ended, and a batch stays small.
+            env.insert("OTEL_BSP_SCHEDULE_DELAY".into(), "1000".into());
         }
     };
     let mut procs = Vec::new();
@@ -179,6 +228,7 @@ pub fn plan(args: &UpArgs, database_url: &str, state_dir: &Path) -> anyhow::Resu
         bin_dir,
         state_dir: state_dir.to_path_buf(),
         procs,
+        traces,
     })
 }
 
@@ -216,6 +266,16 @@ pub async fn up(args: &UpArgs, database_url: &str, state_dir: &Path) -> anyhow::
                 p.port, p.name
             )
         })?;
+    }
+    if let Some(t) = &plan.traces {
+        for (port, what) in [(t.otlp_port, "--otlp-port"), (t.api_port, "--traces-port")] {
+            TcpListener::bind(("127.0.0.1", port)).with_context(|| {
+                format!(
+                    "port {port} for the trace receiver ({what}) is in use (another lab? \
+                     `labctl down`; or --trace-sample 0 to run without it)"
+                )
+            })?;
+        }
     }
     lab_db::prepare(database_url).await?;
     if let Some(k) = lab_kafka::bootstrap_servers(&args.kafka) {
@@ -349,6 +409,25 @@ pub async fn up(args: &UpArgs, database_url: &str, state_dir: &Path) -> anyhow::
         println!("  {:<18} {}", p.name, url(p.port));
     }
     println!("public API: POST {}/v1/extract", url(args.gateway_port));
+    match (
+        &plan.traces,
+        supervise::read_state(state_dir)?.and_then(|s| s.traces_api),
+    ) {
+        (Some(t), Some(api)) => println!(
+            "traces: {:.0}% of requests into the lab's receiver (OTLP on 127.0.0.1:{}, API {api}): \
+             labctl trace list",
+            args.trace_sample * 100.0,
+            t.otlp_port
+        ),
+        (Some(_), None) => println!(
+            "traces: the receiver did not start (see {}); the services drop their spans",
+            state_dir.join("logs").join("supervisor.log").display()
+        ),
+        (None, _) => match std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT") {
+            Ok(e) if !e.trim().is_empty() => println!("traces: exported to {e}"),
+            _ => println!("traces: off (--trace-sample 0)"),
+        },
+    }
     Ok(())
 }
 

@@ -27,6 +27,7 @@ mod kafka;
 mod lab;
 mod load;
 mod ops;
+mod progress;
 mod remediate;
 /// Tests that load PostgreSQL hard and measure what it does (the real trigger's plans and
 /// latencies, the replay's fidelity) take turns: run side by side they would measure each other.
@@ -37,6 +38,7 @@ mod replay_test;
 mod seed;
 mod supervise;
 mod tenants;
+mod trace;
 #[cfg(test)]
 mod trigger_test;
 mod watch;
@@ -144,6 +146,9 @@ enum Command {
     },
     /// A live terminal dashboard of the report's panels (a second terminal during a game day).
     Watch(watch::WatchArgs),
+    /// The native lab's traces (its own OTLP receiver): the slowest and orphaned, and one as a
+    /// waterfall (`labctl trace show worst`).
+    Trace(trace::TraceArgs),
     /// (Re)draw a game day's or a replay's report.html from its run directory.
     Report {
         /// The run's directory (with summary.json and series.jsonl).
@@ -369,6 +374,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Kafka { command } => kafka::run(command, &cli.state_dir).await?,
         Command::Supervise { plan } => supervise::supervise(&plan).await?,
         Command::Watch(args) => watch::run(&args, &cli.state_dir).await?,
+        Command::Trace(args) => trace::run(&args, &cli.state_dir).await?,
         Command::Report { dir } => {
             println!("{}", gameday::html::render(&dir)?.display());
         }

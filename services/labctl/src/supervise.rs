@@ -32,6 +32,18 @@ pub struct Plan {
     pub bin_dir: PathBuf,
     pub state_dir: PathBuf,
     pub procs: Vec<ProcSpec>,
+    /// The native lab's trace receiver, run inside the supervisor (none: traces go where the
+    /// user's `OTEL_EXPORTER_OTLP_ENDPOINT` says, or nowhere).
+    #[serde(default)]
+    pub traces: Option<TracesPlan>,
+}
+
+/// Where the supervisor's OTLP receiver listens, and how many traces it keeps.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TracesPlan {
+    pub otlp_port: u16,
+    pub api_port: u16,
+    pub capacity: usize,
 }
 
 /// What the supervisor reports, rewritten on every change (`run/lab.json`).
@@ -39,6 +51,9 @@ pub struct Plan {
 pub struct State {
     pub supervisor_pid: u32,
     pub procs: Vec<ProcState>,
+    /// The trace receiver's query API (`labctl trace`), when the supervisor runs one.
+    #[serde(default)]
+    pub traces_api: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -245,6 +260,10 @@ pub async fn supervise(plan_path: &Path) -> anyhow::Result<()> {
     }
     write_endpoints(&plan.state_dir, &procs)?;
     crate::cgroup::remove_stale();
+    let traces_api = match &plan.traces {
+        Some(t) => start_traces(t).await,
+        None => None,
+    };
     let mut started_at: BTreeMap<String, Instant> = BTreeMap::new();
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut tick = tokio::time::interval(Duration::from_millis(200));
@@ -355,7 +374,7 @@ pub async fn supervise(plan_path: &Path) -> anyhow::Result<()> {
             changed = true;
         }
         if changed {
-            write_state(&plan.state_dir, &snapshot(&procs))?;
+            write_state(&plan.state_dir, &snapshot(&procs, traces_api.clone()))?;
         }
     }
 
@@ -625,8 +644,40 @@ fn write_endpoints(state_dir: &Path, procs: &[Running]) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn snapshot(procs: &[Running]) -> State {
+/// The OTLP receiver on this runtime, for as long as the supervisor runs; its API's URL. A port
+/// in use is logged and the lab runs without it (the services' exporters then drop their spans
+/// from a bounded queue: a missing trace backend never takes a service down).
+async fn start_traces(t: &TracesPlan) -> Option<String> {
+    let store = std::sync::Arc::new(lab_traces::Store::new(t.capacity));
+    let started = lab_traces::receiver::start(
+        ([127, 0, 0, 1], t.otlp_port).into(),
+        ([127, 0, 0, 1], t.api_port).into(),
+        store,
+        std::future::pending(),
+    )
+    .await;
+    match started {
+        Ok(r) => {
+            log(
+                "trace receiver started",
+                &[
+                    ("otlp", r.otlp.to_string()),
+                    ("api", r.api.to_string()),
+                    ("capacity", t.capacity.to_string()),
+                ],
+            );
+            Some(format!("http://{}", r.api))
+        }
+        Err(e) => {
+            log("trace receiver NOT started", &[("error", format!("{e:#}"))]);
+            None
+        }
+    }
+}
+
+fn snapshot(procs: &[Running], traces_api: Option<String>) -> State {
     State {
+        traces_api,
         supervisor_pid: std::process::id(),
         procs: procs
             .iter()

@@ -99,7 +99,10 @@ fn setup() -> (PathBuf, Supervisor) {
             })
         })
         .collect();
-    let plan = serde_json::json!({"bin_dir": bin, "state_dir": state, "procs": procs});
+    let plan = serde_json::json!({
+        "bin_dir": bin, "state_dir": state, "procs": procs,
+        "traces": {"otlp_port": free_port(), "api_port": free_port(), "capacity": 100},
+    });
     let plan_path = state.join("run").join("plan.json");
     std::fs::write(&plan_path, serde_json::to_vec(&plan).unwrap()).unwrap();
     let child = Command::new(env!("CARGO_BIN_EXE_labctl"))
@@ -234,4 +237,87 @@ fn a_replica_over_its_memory_limit_is_oom_killed_reported_and_restarted() {
         64 << 20,
         "the new process is under the same limit"
     );
+}
+
+/// One export, as an OTLP exporter sends it: the postmortem's cover in three spans (the gateway
+/// ends at 3.0 s, `entity.Resolve` under the orchestrator's handler runs to 9.8 s).
+async fn export_cover(otlp: &str, trace_id: [u8; 16]) {
+    use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+    let t0: u64 = 1_700_000_000_000_000_000;
+    let span = |id: u8, parent: Option<u8>, name: &str, from_ms: u64, to_ms: u64| Span {
+        trace_id: trace_id.to_vec(),
+        span_id: vec![id; 8],
+        parent_span_id: parent.map(|p| vec![p; 8]).unwrap_or_default(),
+        name: name.into(),
+        start_time_unix_nano: t0 + from_ms * 1_000_000,
+        end_time_unix_nano: t0 + to_ms * 1_000_000,
+        ..Default::default()
+    };
+    let request = ExportTraceServiceRequest {
+        resource_spans: vec![ResourceSpans {
+            scope_spans: vec![ScopeSpans {
+                spans: vec![
+                    span(1, None, "edge-gateway.HandleExtract", 0, 3000),
+                    span(2, Some(1), "orchestrator.Extract", 5, 3005),
+                    span(3, Some(2), "entity.Resolve", 10, 9800),
+                ],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    };
+    let mut client = TraceServiceClient::connect(otlp.to_string()).await.unwrap();
+    client.export(request).await.unwrap();
+}
+
+#[test]
+fn the_supervisor_runs_a_trace_receiver_and_labctl_trace_draws_what_it_received() {
+    let (state, _sup) = setup();
+    let lab: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(state.join("run").join("lab.json")).unwrap())
+            .unwrap();
+    let api = lab["traces_api"]
+        .as_str()
+        .expect("the receiver's API in the state");
+    let plan: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(state.join("run").join("plan.json")).unwrap())
+            .unwrap();
+    let otlp = format!("http://127.0.0.1:{}", plan["traces"]["otlp_port"]);
+
+    let empty = labctl(&state, &["trace", "show", "worst"]);
+    assert!(!empty.status.success());
+    assert!(String::from_utf8_lossy(&empty.stderr).contains("holds no trace yet"));
+
+    let id = [0x5a; 16];
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(export_cover(&otlp, id));
+    let list = labctl(&state, &["trace", "list"]);
+    let text = String::from_utf8_lossy(&list.stdout);
+    assert!(
+        list.status.success(),
+        "{}",
+        String::from_utf8_lossy(&list.stderr)
+    );
+    assert!(text.contains(&"5a".repeat(16)), "{text}");
+    assert!(
+        text.contains("entity.Resolve > orchestrator.Extract +6.8 s"),
+        "{text}"
+    );
+    let show = labctl(&state, &["trace", "show", "worst", "--width", "100"]);
+    let text = String::from_utf8_lossy(&show.stdout);
+    assert!(
+        show.status.success(),
+        "{}",
+        String::from_utf8_lossy(&show.stderr)
+    );
+    let resolve = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("entity.Resolve "))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(resolve.contains('▒') && resolve.ends_with('!'), "{text}");
+    // The API answers what the CLI read, to whoever asks (e.g. a script).
+    assert!(api.starts_with("http://127.0.0.1:"));
 }

@@ -655,3 +655,110 @@ pub fn svg(panel: &Panel, run: &RunSeries, subtitle: &str) -> anyhow::Result<Str
     }
     Ok(out)
 }
+
+/// Rows a waterfall draws at most; the rest are counted under it.
+const WATERFALL_ROWS: usize = 40;
+
+/// A trace as a waterfall in SVG (`report.html`'s cover): one bar per span under its parent,
+/// blue while whoever asked for it still waited, red from the moment one of its callers had
+/// ended (work for nobody), and a line where the root span — the user's request — ended.
+pub fn waterfall_svg(
+    trace_id: &str,
+    spans: &[lab_traces::SpanRecord],
+    subtitle: &str,
+) -> anyhow::Result<String> {
+    let rows = lab_traces::waterfall::layout(spans);
+    let shown = rows.len().min(WATERFALL_ROWS);
+    let (w, label_w, row_h, top) = (760i32, 290i32, 16i32, 44i32);
+    let h = top + row_h * shown as i32 + 30;
+    let total = rows.iter().map(|r| r.end_ms).fold(1.0f64, f64::max);
+    let x = |ms: f64| label_w + ((w - label_w - 12) as f64 * ms / total) as i32;
+    let err = |e: DrawingAreaErrorKind<_>| anyhow::anyhow!("{e}");
+    let mut out = String::new();
+    {
+        let root = SVGBackend::with_string(&mut out, (w as u32, h as u32)).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        let font = ("sans-serif", 11).into_font();
+        let title = match lab_traces::model::summarise(trace_id, spans) {
+            Some(s) => match &s.worst_orphan {
+                Some(o) => format!(
+                    "{subtitle}: {} {:.1} s; {o} by {:.1} s",
+                    s.root,
+                    s.root_ms / 1000.0,
+                    s.worst_orphan_ms / 1000.0
+                ),
+                None => format!(
+                    "{subtitle}: {} {:.1} s; no span outlived its parent",
+                    s.root,
+                    s.root_ms / 1000.0
+                ),
+            },
+            None => format!("{subtitle}: no spans"),
+        };
+        root.draw(&Text::new(title, (8, 6), ("sans-serif", 14).into_font()))
+            .map_err(err)?;
+        root.draw(&Text::new(
+            format!("trace {trace_id} · 0 to {:.1} s", total / 1000.0),
+            (8, 24),
+            font.clone().color(&RGBColor(90, 90, 90)),
+        ))
+        .map_err(err)?;
+        for (i, r) in rows.iter().take(shown).enumerate() {
+            let y = top + i as i32 * row_h;
+            let indent = 10 * r.depth.min(8) as i32;
+            let mut label = format!("{} {}", r.span.name, r.outcome());
+            if label.chars().count() > 40 {
+                label = label.chars().take(39).collect::<String>() + "…";
+            }
+            root.draw(&Text::new(label, (8 + indent, y + 2), font.clone()))
+                .map_err(err)?;
+            let (x0, x1) = (x(r.start_ms), x(r.end_ms).max(x(r.start_ms) + 1));
+            let gone = r
+                .caller_gone_ms
+                .filter(|_| r.for_nobody())
+                .map(|g| x(g).clamp(x0, x1));
+            let blue = RGBColor(31, 119, 180);
+            let red = RGBColor(214, 39, 40);
+            let split = gone.unwrap_or(x1);
+            if split > x0 {
+                root.draw(&Rectangle::new(
+                    [(x0, y + 2), (split, y + row_h - 3)],
+                    blue.filled(),
+                ))
+                .map_err(err)?;
+            }
+            if split < x1 {
+                root.draw(&Rectangle::new(
+                    [(split, y + 2), (x1, y + row_h - 3)],
+                    red.filled(),
+                ))
+                .map_err(err)?;
+            }
+        }
+        if let Some(first) = rows.first() {
+            let xe = x(first.end_ms);
+            root.draw(&PathElement::new(
+                vec![(xe, top - 4), (xe, top + row_h * shown as i32)],
+                BLACK.stroke_width(1),
+            ))
+            .map_err(err)?;
+            root.draw(&Text::new(
+                format!(
+                    "{} ended at {:.1} s; red: still running after its caller ended{}",
+                    first.span.name,
+                    first.end_ms / 1000.0,
+                    if rows.len() > shown {
+                        format!(" ({} more spans not drawn)", rows.len() - shown)
+                    } else {
+                        String::new()
+                    }
+                ),
+                (8, top + row_h * shown as i32 + 8),
+                font.clone().color(&RGBColor(90, 90, 90)),
+            ))
+            .map_err(err)?;
+        }
+        root.present().map_err(err)?;
+    }
+    Ok(out)
+}

@@ -280,11 +280,16 @@ pub async fn execute(
         TargetSource::Fixed(_) => None,
     };
     let mut running = Vec::new();
+    let bar = crate::progress::timeline(
+        end.ceil() as u64,
+        &format!("{} {}", sc.name, run.mode.variant()),
+    );
     loop {
         let t = started.elapsed().as_secs_f64();
         if t > end {
             break;
         }
+        bar.set_position(t as u64);
         let phase = phase_starts.iter().rposition(|s| *s <= t).unwrap_or(0);
         if let Some(path) = &status_path {
             // What `labctl watch` shows as the current step; rewritten every tick (cheap).
@@ -316,17 +321,27 @@ pub async fn execute(
                     started,
                 ));
             }
-            println!(
-                "  t={t:5.1}s phase {:<14} {:>4} s at {:.0} rps {}",
+            bar.set_message(format!(
+                "step {}/{} {} at {:.0} rps",
+                phase + 1,
+                sc.phases.len(),
                 p.name,
-                seconds[phase],
-                control.get(),
-                if p.flags.is_empty() {
-                    String::new()
-                } else {
-                    format!("flags {:?}", p.flags)
-                }
-            );
+                control.get()
+            ));
+            // Through the bar, so the line and the bar do not draw over each other.
+            bar.suspend(|| {
+                println!(
+                    "  t={t:5.1}s phase {:<14} {:>4} s at {:.0} rps {}",
+                    p.name,
+                    seconds[phase],
+                    control.get(),
+                    if p.flags.is_empty() {
+                        String::new()
+                    } else {
+                        format!("flags {:?}", p.flags)
+                    }
+                )
+            });
         }
         let scrapes = scrape_once(&http, &run.targets, &mut targets).await?;
         // Older ticks have fewer targets; `Series` reads a missing one as "not scraped".
@@ -334,6 +349,7 @@ pub async fn execute(
         next_tick += Duration::from_secs(1);
         tokio::time::sleep_until(next_tick.into()).await;
     }
+    bar.finish_and_clear();
     if let Some(path) = &status_path {
         let _ = std::fs::remove_file(path);
     }
@@ -385,6 +401,25 @@ pub async fn execute(
     }
     let consistency = report::consistency(&series, &load_report);
     write_series(&run.out.join("series.jsonl"), &targets, &ticks)?;
+    if let TargetSource::Native(state_dir) = &run.targets {
+        // The run's worst trace, while the lab (and its receiver) is still up. A receiver that
+        // does not answer costs the run its waterfall, not its report.
+        match crate::trace::save_worst(state_dir, &run.out).await {
+            Ok(Some(w)) => println!(
+                "worst trace {}: {} {:.1} s, {} orphan(s){} (labctl report draws it)",
+                w.trace_id,
+                w.root,
+                w.root_ms / 1000.0,
+                w.orphans,
+                w.worst_orphan
+                    .as_ref()
+                    .map(|o| format!(", worst {o} +{:.1} s", w.worst_orphan_ms / 1000.0))
+                    .unwrap_or_default()
+            ),
+            Ok(None) => {}
+            Err(e) => eprintln!("the run's worst trace was not kept: {e:#}"),
+        }
+    }
     Ok(Outcome {
         phases,
         targets,

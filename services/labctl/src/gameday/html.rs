@@ -138,10 +138,54 @@ pub fn render(dir: &Path) -> anyhow::Result<PathBuf> {
         }
         html.push_str("</div>\n");
     }
+    traces(&mut html, dir, &runs, summary.get("calibration").is_some())?;
     html.push_str("</body></html>\n");
     let path = dir.join("report.html");
     std::fs::write(&path, &html).with_context(|| format!("writing {}", path.display()))?;
     Ok(path)
+}
+
+/// The runs' worst traces (the postmortem's cover), where the run kept one. A replay keeps one per mode, in the mode's directory.
+fn traces(
+    html: &mut String,
+    dir: &Path,
+    runs: &[(String, RunSeries)],
+    replay: bool,
+) -> anyhow::Result<()> {
+    let mut drawn = Vec::new();
+    for (mode, _) in runs {
+        let file = if replay {
+            dir.join(mode).join(crate::trace::WORST_FILE)
+        } else {
+            dir.join(crate::trace::WORST_FILE)
+        };
+        let Ok(bytes) = std::fs::read(&file) else {
+            continue;
+        };
+        let worst: crate::trace::Worst = serde_json::from_slice(&bytes)
+            .with_context(|| format!("reading {}", file.display()))?;
+        drawn.push((
+            mode.clone(),
+            charts::waterfall_svg(&worst.summary.trace_id, &worst.spans, mode)?,
+        ));
+    }
+    if drawn.is_empty() {
+        return Ok(());
+    }
+    let _ = writeln!(
+        html,
+        "<h2>The worst trace of the run</h2><p class=why>From the lab's own OTLP receiver \
+         (<code>labctl trace show worst</code>): the trace whose work went on longest after its \
+         request had ended, else the slowest. The postmortem's cover: \"The gateway span ends at \
+         3.0 s. Its child span keeps going to 9.8 s.\"</p><div class=grid \
+         style='grid-template-columns:repeat({},1fr)'>",
+        drawn.len()
+    );
+    for (mode, svg) in drawn {
+        let _ = writeln!(html, "<div id='trace-{mode}'>{svg}</div>");
+    }
+    html.push_str("</div>\n");
+    Ok(())
 }
 
 fn head(html: &mut String, title: &str) {
@@ -270,10 +314,37 @@ mod tests {
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/gameday-fixture");
         let dir = std::env::temp_dir().join(format!("lab_html_{:016x}", rand::random::<u64>()));
         std::fs::create_dir_all(&dir).unwrap();
-        for f in ["summary.json", "series.jsonl"] {
+        for f in ["summary.json", "series.jsonl", crate::trace::WORST_FILE] {
             std::fs::copy(src.join(f), dir.join(f)).unwrap();
         }
         dir
+    }
+
+    #[test]
+    fn the_report_draws_the_runs_worst_trace_with_the_work_after_its_caller_ended() {
+        let dir = fixture();
+        let html = std::fs::read_to_string(render(&dir).unwrap()).unwrap();
+        let at = html
+            .find("id='trace-legacy'")
+            .expect("the worst trace's section");
+        let svg = &html[at..at + html[at..].find("</svg>").unwrap()];
+        // The recorded trace (a legacy replay's worst): entity.Resolve outlived its parent.
+        assert!(svg.contains("entity.Resolve"), "{svg}");
+        assert!(svg.contains("edge-gateway.HandleExtract ended at"), "{svg}");
+        // Blue while someone waited, red after: both drawn.
+        assert!(
+            svg.contains("#1F77B4") || svg.contains("#1f77b4"),
+            "blue bars"
+        );
+        assert!(
+            svg.contains("#D62728") || svg.contains("#d62728"),
+            "red bars"
+        );
+        // Without the file, no section (and no error).
+        std::fs::remove_file(dir.join(crate::trace::WORST_FILE)).unwrap();
+        let html = std::fs::read_to_string(render(&dir).unwrap()).unwrap();
+        assert!(!html.contains("id='trace-legacy'"));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -194,7 +194,13 @@ async fn closed_loop(
         seed,
     );
     let source = DocSource::open(Docs::Stream, &g.data_dir, TenantMix::Size)?;
-    let r = load::run_closed(&la, args.probe_concurrency, keys.to_vec(), source).await?;
+    let bar = crate::progress::countdown(
+        seconds,
+        &format!("closed loop, {} clients", args.probe_concurrency),
+    );
+    let r = load::run_closed(&la, args.probe_concurrency, keys.to_vec(), source).await;
+    bar.finish_and_clear();
+    let r = r?;
     let from = seconds.saturating_sub(tail);
     let window: Vec<&load::SecondSample> = r
         .per_second
