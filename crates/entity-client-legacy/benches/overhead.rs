@@ -63,6 +63,7 @@ fn main() {
                 retry_budget: Default::default(),
                 breaker: Default::default(),
                 max_concurrency: 16,
+                max_concurrency_adaptive: 16,
             },
             families,
         )

@@ -337,6 +337,7 @@ async fn both_clients_share_one_registration_in_either_order() {
                     retry_budget: Default::default(),
                     breaker: Default::default(),
                     max_concurrency: 8,
+                    max_concurrency_adaptive: 8,
                 },
                 families.clone(),
             )

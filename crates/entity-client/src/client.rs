@@ -39,7 +39,7 @@ use crate::backoff::Backoff;
 use crate::breaker::{Breaker, BreakerConfig, BreakerState};
 use crate::budget::{Budget, MIN_ATTEMPT_BUDGET};
 use crate::error::Error;
-use crate::limiter::Limiter;
+use crate::limiter::{Limiter, Signal};
 use crate::metrics::{outcome, retry_class, shed_reason, ClientMetrics};
 use crate::retry_budget::{Reservation, RetryBudget, RetryBudgetConfig};
 use crate::retryability;
@@ -72,8 +72,11 @@ pub struct ClientConfig {
     /// When to stop calling a failing entity-service altogether.
     pub breaker: BreakerConfig,
     /// Attempts allowed in flight to entity-service at once; the excess is shed, never queued.
-    /// Size it to entity-service's capacity share of this process (config says how).
+    /// Size it to entity-service's capacity share of this process (config says how). The
+    /// adaptive limit starts here.
     pub max_concurrency: usize,
+    /// The adaptive limit's ceiling (`Controls::adaptive_limit`): at least `max_concurrency`.
+    pub max_concurrency_adaptive: usize,
 }
 
 /// Per-request switches, evaluated by the caller from runtime flags, so each control can be
@@ -95,6 +98,9 @@ pub struct Controls {
     pub breaker: bool,
     /// On: each attempt needs a limiter permit (shed at once when full). Off: unlimited.
     pub concurrency_limit: bool,
+    /// With `concurrency_limit` on: the limit adapts (AIMD, [`crate::limiter`]) instead of
+    /// staying at `max_concurrency`.
+    pub adaptive_limit: bool,
 }
 
 impl Default for Controls {
@@ -107,6 +113,7 @@ impl Default for Controls {
             jitter: true,
             breaker: true,
             concurrency_limit: true,
+            adaptive_limit: false,
         }
     }
 }
@@ -161,6 +168,13 @@ impl Client {
             "entity client: max_concurrency must be >= 1"
         );
         ensure!(
+            config.max_concurrency_adaptive >= config.max_concurrency,
+            "entity client: max_concurrency_adaptive ({}) must be >= max_concurrency ({}): the \
+             adaptive limit starts at max_concurrency and grows up to its ceiling",
+            config.max_concurrency_adaptive,
+            config.max_concurrency
+        );
+        ensure!(
             !config.base_urls.is_empty(),
             "entity client: at least one entity-service URL is required"
         );
@@ -175,7 +189,7 @@ impl Client {
             .timeout(config.budget.total)
             .connect_timeout(CONNECT_TIMEOUT.min(config.budget.per_attempt))
             // Keep as many idle connections as may be in flight, so bursts reuse them.
-            .pool_max_idle_per_host(config.max_concurrency)
+            .pool_max_idle_per_host(config.max_concurrency_adaptive)
             // An internal hop: never through an HTTP(S)_PROXY from the environment.
             .no_proxy()
             .build()
@@ -190,10 +204,21 @@ impl Client {
                 Some(metrics.retry_budget_tokens()),
             ),
             breaker: Breaker::new(config.breaker, Some(metrics.breaker_state())),
-            limiter: Limiter::new(config.max_concurrency, metrics.pool_in_use()),
+            limiter: Limiter::new(
+                config.max_concurrency,
+                config.max_concurrency_adaptive,
+                metrics.pool_in_use(),
+                metrics.concurrency_limit(),
+            ),
             budget: config.budget,
             metrics,
         })
+    }
+
+    /// The adaptive concurrency limit's current size (also `entity_concurrency_limit` while it
+    /// is the one in use).
+    pub fn adaptive_limit(&self) -> usize {
+        self.limiter.adaptive_limit()
     }
 
     /// Tokens left in the retry budget (also `entity_retry_budget_tokens`).
@@ -347,8 +372,13 @@ impl Client {
                 None
             };
             // LAB-FIX(pool-exhaustion) — then the concurrency limit: shed at once, never queue.
-            let slot = if controls.concurrency_limit {
-                match self.limiter.try_acquire() {
+            let mut slot = if controls.concurrency_limit {
+                let admitted = if controls.adaptive_limit {
+                    self.limiter.try_acquire_adaptive()
+                } else {
+                    self.limiter.try_acquire()
+                };
+                match admitted {
                     Some(s) => Some(s),
                     None => {
                         self.metrics.record_shed(shed_reason::CONCURRENCY_LIMIT);
@@ -370,6 +400,19 @@ impl Client {
             let result = self
                 .attempt(ctx, body.clone(), attempt_budget, controls, sent - 1)
                 .await;
+            if let Some(slot) = slot.as_mut() {
+                // What the adaptive limit learns from this attempt. Cut by the caller's deadline
+                // (less room than a whole attempt), a timeout says nothing about capacity.
+                match &result {
+                    Ok(_) => slot.signal(Signal::Answered),
+                    Err(Error::AttemptTimedOut { .. }) if bounded_by_deadline => {}
+                    Err(e) if retryability::is_dependency_failure(e) => {
+                        slot.signal(Signal::Overloaded)
+                    }
+                    Err(Error::Upstream { .. }) => slot.signal(Signal::Answered),
+                    Err(_) => {}
+                }
+            }
             drop(slot);
 
             let err = match result {

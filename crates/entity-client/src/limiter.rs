@@ -7,30 +7,74 @@
 //! LAB-FIX(pool-exhaustion): the legacy client's per-host cap of 64 *queues* callers with no
 //! deadline of the caller's, so a slow dependency turns into thousands of parked tasks, each
 //! holding memory (the postmortem's 4,180 goroutines and 3.8 GB per pod). This limiter never
-//! queues: when every permit is taken the attempt is shed at once (`try_acquire`) with
+//! queues: when every permit is taken the attempt is shed at once with
 //! `Error::ConcurrencyLimited`, which costs the caller microseconds and the process nothing.
+//!
+//! Two sizes, chosen per request (`Controls::adaptive_limit`):
+//! - **static**: `max_concurrency` permits, the postmortem's "semaphore sized to its capacity".
+//!   By Little's law it also sheds a dependency that is slow but not overloaded: 37.5 rps per
+//!   orchestrator × 640 ms is 24 attempts in flight, over a static 16.
+//! - **adaptive** (AIMD, as Netflix's concurrency-limits `AIMDLimit` and vector's adaptive request
+//!   concurrency): start at `max_concurrency`; every attempt answered in time while the limit
+//!   was at least half used adds `1 / limit` (one permit per limit's worth of answers — about one
+//!   per round trip, TCP's congestion avoidance); every attempt that timed out or came back as an
+//!   overload (a 5xx, a refused connection) multiplies it by [`BACKOFF`]. Bounded by
+//!   `[1, max_concurrency_adaptive]`. A slow but healthy dependency earns the permits its latency
+//!   needs; an overloaded one loses them as fast as it fails.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 use prometheus::IntGauge;
 use tokio::sync::{Semaphore, SemaphorePermit};
 
+/// The multiplicative decrease on an overload signal: Netflix's AIMDLimit default (0.9), also
+/// vector's adaptive concurrency `decrease_ratio`.
+pub const BACKOFF: f64 = 0.9;
+
 /// A non-queueing concurrency limit.
 pub struct Limiter {
-    /// One permit per attempt allowed in flight to entity-service at once.
+    /// One permit per attempt allowed in flight to entity-service at once (static size).
     permits: Semaphore,
-    /// The configured size, for errors and logs.
+    /// The configured size, for errors and logs; the adaptive limit's starting point.
     limit: usize,
+    adaptive: Adaptive,
     /// `entity_pool_slots{state="in_use"}`, moved with inc/dec so it adds up with the legacy
     /// client's slots on a shared registry.
     in_use: IntGauge,
+    /// `entity_concurrency_limit`: the size of whichever limit admitted the last attempt.
+    current: IntGauge,
+}
+
+struct Adaptive {
+    limit: Mutex<f64>,
+    in_flight: AtomicUsize,
+    max: f64,
+}
+
+/// What an attempt's outcome says about entity-service's capacity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signal {
+    /// Answered in time (a 2xx, or a 4xx: the request was wrong, the service is fine).
+    Answered,
+    /// Timed out, or a 5xx or transport failure: a sign of overload.
+    Overloaded,
 }
 
 impl Limiter {
-    /// `limit` must be >= 1 (checked by the client's constructor).
-    pub fn new(limit: usize, in_use: IntGauge) -> Self {
+    /// `limit` must be >= 1 and `adaptive_max >= limit` (checked by the client's constructor).
+    pub fn new(limit: usize, adaptive_max: usize, in_use: IntGauge, current: IntGauge) -> Self {
+        current.set(limit as i64);
         Self {
             permits: Semaphore::new(limit),
             limit,
+            adaptive: Adaptive {
+                limit: Mutex::new(limit as f64),
+                in_flight: AtomicUsize::new(0),
+                max: adaptive_max.max(limit) as f64,
+            },
             in_use,
+            current,
         }
     }
 
@@ -38,27 +82,93 @@ impl Limiter {
         self.limit
     }
 
-    /// A permit, or `None` at once when the limit is reached — no queue, no wait.
+    /// The adaptive limit's current size (whole permits).
+    pub fn adaptive_limit(&self) -> usize {
+        *self.adaptive.limit.lock().unwrap() as usize
+    }
+
+    /// A permit of the static limit, or `None` at once when it is reached — no queue, no wait.
     pub fn try_acquire(&self) -> Option<LimiterPermit<'_>> {
         let permit = self.permits.try_acquire().ok()?;
         self.in_use.inc();
+        self.current.set(self.limit as i64);
         Some(LimiterPermit {
-            _permit: permit,
-            in_use: &self.in_use,
+            kind: Kind::Static(permit),
+            limiter: self,
+            signal: None,
+        })
+    }
+
+    /// A permit of the adaptive limit, or `None` at once when it is reached.
+    pub fn try_acquire_adaptive(&self) -> Option<LimiterPermit<'_>> {
+        let a = &self.adaptive;
+        let limit = (*a.limit.lock().unwrap() as usize).max(1);
+        let mut now = a.in_flight.load(Ordering::Acquire);
+        loop {
+            if now >= limit {
+                return None;
+            }
+            match a.in_flight.compare_exchange_weak(
+                now,
+                now + 1,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => break,
+                Err(actual) => now = actual,
+            }
+        }
+        self.in_use.inc();
+        self.current.set(limit as i64);
+        Some(LimiterPermit {
+            kind: Kind::Adaptive {
+                in_flight_at_start: now + 1,
+            },
+            limiter: self,
+            signal: None,
         })
     }
 }
 
+enum Kind<'a> {
+    Static(#[allow(dead_code)] SemaphorePermit<'a>),
+    Adaptive { in_flight_at_start: usize },
+}
+
 /// Held for the duration of one attempt; the gauge goes down with it however the attempt ends
-/// (answered, timed out, or dropped because the caller went away).
+/// (answered, timed out, or dropped because the caller went away — which says nothing about
+/// entity-service's capacity, so an adaptive permit dropped without a [`Signal`] leaves the limit
+/// as it was).
 pub struct LimiterPermit<'a> {
-    _permit: SemaphorePermit<'a>,
-    in_use: &'a IntGauge,
+    kind: Kind<'a>,
+    limiter: &'a Limiter,
+    signal: Option<Signal>,
+}
+
+impl LimiterPermit<'_> {
+    /// What the attempt's outcome said; the adaptive limit learns from it when the permit drops.
+    pub fn signal(&mut self, s: Signal) {
+        self.signal = Some(s);
+    }
 }
 
 impl Drop for LimiterPermit<'_> {
     fn drop(&mut self) {
-        self.in_use.dec();
+        self.limiter.in_use.dec();
+        if let Kind::Adaptive { in_flight_at_start } = self.kind {
+            let a = &self.limiter.adaptive;
+            a.in_flight.fetch_sub(1, Ordering::AcqRel);
+            let mut limit = a.limit.lock().unwrap();
+            match self.signal {
+                // Grow only while the limit is being used: an idle limit proves nothing.
+                Some(Signal::Answered) if in_flight_at_start as f64 * 2.0 >= *limit => {
+                    *limit = (*limit + 1.0 / *limit).min(a.max);
+                }
+                Some(Signal::Overloaded) => *limit = (*limit * BACKOFF).max(1.0),
+                _ => {}
+            }
+            self.limiter.current.set(*limit as i64);
+        }
     }
 }
 
@@ -66,10 +176,17 @@ impl Drop for LimiterPermit<'_> {
 mod tests {
     use super::*;
 
+    fn gauges() -> (IntGauge, IntGauge) {
+        (
+            IntGauge::new("t", "t").unwrap(),
+            IntGauge::new("c", "c").unwrap(),
+        )
+    }
+
     #[test]
     fn limiter_sheds_at_once_when_full_and_recovers_on_release() {
-        let gauge = IntGauge::new("t", "t").unwrap();
-        let l = Limiter::new(2, gauge.clone());
+        let (gauge, current) = gauges();
+        let l = Limiter::new(2, 8, gauge.clone(), current);
         let a = l.try_acquire().expect("first");
         let b = l.try_acquire().expect("second");
         assert_eq!(gauge.get(), 2);
@@ -78,5 +195,43 @@ mod tests {
         assert_eq!(gauge.get(), 1);
         assert!(l.try_acquire().is_some());
         drop(b);
+    }
+
+    #[test]
+    fn the_adaptive_limit_grows_while_used_and_answered_up_to_its_ceiling() {
+        let (gauge, current) = gauges();
+        let l = Limiter::new(4, 6, gauge.clone(), current.clone());
+        // 4 in flight (the limit fully used), all answered: +1/4 each.
+        for _ in 0..40 {
+            let mut held: Vec<_> = (0..4).map(|_| l.try_acquire_adaptive().unwrap()).collect();
+            for p in held.iter_mut() {
+                p.signal(Signal::Answered);
+            }
+        }
+        assert_eq!(l.adaptive_limit(), 6, "capped at the ceiling");
+        assert_eq!(current.get(), 6);
+        assert_eq!(gauge.get(), 0);
+        // Now 6 fit, the 7th is shed.
+        let held: Vec<_> = (0..6).map(|_| l.try_acquire_adaptive().unwrap()).collect();
+        assert!(l.try_acquire_adaptive().is_none());
+        drop(held);
+    }
+
+    #[test]
+    fn an_idle_limit_does_not_grow_and_overload_shrinks_it_to_no_less_than_one() {
+        let (gauge, current) = gauges();
+        let l = Limiter::new(8, 64, gauge, current);
+        // One at a time (1 of 8 in use): answers prove nothing about capacity.
+        for _ in 0..100 {
+            l.try_acquire_adaptive().unwrap().signal(Signal::Answered);
+        }
+        assert_eq!(l.adaptive_limit(), 8);
+        for _ in 0..100 {
+            l.try_acquire_adaptive().unwrap().signal(Signal::Overloaded);
+        }
+        assert_eq!(l.adaptive_limit(), 1);
+        // A permit dropped without a signal (the caller left) leaves the limit alone.
+        drop(l.try_acquire_adaptive().unwrap());
+        assert_eq!(l.adaptive_limit(), 1);
     }
 }

@@ -28,6 +28,7 @@
 //! | `entity_shed_total` | `reason` | calls or retries refused before the wire: `retry_budget`, `no_budget`, `breaker_open`, `concurrency_limit` | always 0 — legacy never sheds (the series exist so the panel reads 0, not "no data") |
 //! | `entity_retry_budget_tokens` | — | the retry bucket's balance (100 = full) | absent (no series at all, rather than a 0 that would fire `min(entity_retry_budget_tokens) < 20`) |
 //! | `entity_breaker_state` | — | 0 = admitting, 1 = probing, 2 = shedding — ordered by severity, so `max()` across pods is the worst; as of the last call (Shedding becomes Probing lazily, at the next call after the 5 s) | absent |
+//! | `entity_concurrency_limit` | — | attempts admitted in flight at once: the static size (`max_concurrency`), or the adaptive limit's current value while `resilience.concurrency_adaptive` is on | absent |
 //! | `entity_pool_slots` | `state` | `in_use`: concurrency-limiter permits held by in-flight attempts; `waiting`: always 0 (the limiter never queues — it sheds) | `in_use`: per-host connection slots held; `waiting`: attempts parked waiting for a slot (the postmortem's 4,102 goroutines in `roundTrip`) |
 //!
 //! `entity_abandoned_total / entity_requests_total` is then comparable across modes: the share of
@@ -158,6 +159,7 @@ struct Families {
     retry_tokens: GaugeVec,
     breaker_state: IntGaugeVec,
     pool_slots: IntGaugeVec,
+    concurrency_limit: IntGaugeVec,
     /// Probe families register only the attempt-level series; the rest exist, unexported.
     probe: bool,
 }
@@ -179,6 +181,7 @@ impl Collector for FamiliesCollector {
             d.extend(f.retry_tokens.desc());
             d.extend(f.breaker_state.desc());
             d.extend(f.pool_slots.desc());
+            d.extend(f.concurrency_limit.desc());
         }
         d
     }
@@ -196,6 +199,7 @@ impl Collector for FamiliesCollector {
             out.extend(f.retry_tokens.collect());
             out.extend(f.breaker_state.collect());
             out.extend(f.pool_slots.collect());
+            out.extend(f.concurrency_limit.collect());
         }
         out
     }
@@ -271,6 +275,14 @@ impl ClientMetrics {
     /// The `entity_breaker_state` gauge (creates the series).
     pub fn breaker_state(&self) -> IntGauge {
         self.families.breaker_state.with_label_values::<&str>(&[])
+    }
+
+    /// The `entity_concurrency_limit` gauge (creates the series): the attempts the fixed client
+    /// admits in flight at once right now — the static size, or the adaptive limit's current one.
+    pub fn concurrency_limit(&self) -> IntGauge {
+        self.families
+            .concurrency_limit
+            .with_label_values::<&str>(&[])
     }
 
     /// `entity_pool_slots{state="in_use"}` — move it with `inc`/`dec` only, so clients add up.
@@ -410,7 +422,16 @@ impl Families {
         )?;
         pool_slots.with_label_values(&[pool_state::IN_USE]);
         pool_slots.with_label_values(&[pool_state::WAITING]);
+        let concurrency_limit = IntGaugeVec::new(
+            Opts::new(
+                "entity_concurrency_limit",
+                "Attempts the fixed entity client admits in flight at once: the static size, or \
+                 the adaptive (AIMD) limit's current value",
+            ),
+            &[],
+        )?;
         Ok(Self {
+            concurrency_limit,
             probe,
             requests,
             duration,

@@ -22,6 +22,7 @@ fn config(url: &str) -> ClientConfig {
         retry_budget: RetryBudgetConfig::default(),
         breaker: BreakerConfig::default(),
         max_concurrency: 64,
+        max_concurrency_adaptive: 64,
     }
 }
 
@@ -403,6 +404,7 @@ async fn resolve_sheds_at_once_over_the_concurrency_limit() {
     let client = Client::new(
         ClientConfig {
             max_concurrency: 2,
+            max_concurrency_adaptive: 2,
             ..config(&stub.url)
         },
         ClientMetrics::register(&metrics).unwrap(),
@@ -517,6 +519,7 @@ async fn client_new_refuses_a_bad_url_and_zero_concurrency() {
     assert!(Client::new(
         ClientConfig {
             max_concurrency: 0,
+            max_concurrency_adaptive: 0,
             ..config("http://127.0.0.1:1")
         },
         ClientMetrics::unregistered()
@@ -651,4 +654,110 @@ async fn resolve_passes_entity_services_error_row_through_and_obeys_its_retryabi
         let want = if retried { 3 } else { 1 };
         assert_eq!(stub.requests(), want, "{}", row.origin());
     }
+}
+
+/// Offer `n` calls, one every `every` (open loop: a call does not wait for the previous one),
+/// and count how many were answered and how many shed by the concurrency limit.
+async fn offer(client: &Client, controls: Controls, n: usize, every: Duration) -> (usize, usize) {
+    use futures::stream::{FuturesUnordered, StreamExt};
+    let (ctx, req) = (ctx(), request());
+    let mut calls = FuturesUnordered::new();
+    let mut tick = tokio::time::interval(every);
+    let (mut sent, mut ok, mut shed) = (0, 0, 0);
+    loop {
+        tokio::select! {
+            _ = tick.tick(), if sent < n => {
+                calls.push(client.resolve(&ctx, &req, &controls));
+                sent += 1;
+            }
+            Some(r) = calls.next() => match r {
+                Ok(_) => ok += 1,
+                Err(Error::ConcurrencyLimited) => shed += 1,
+                Err(e) => panic!("only answers and sheds here: {e}"),
+            },
+            else => break,
+        }
+    }
+    (ok, shed)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_but_healthy_dependency_is_shed_by_the_static_limit_and_not_by_the_adaptive_one() {
+    // The postmortem's trigger latency, inside the 700 ms attempt budget: slow, not overloaded.
+    // 20 calls/s × 640 ms = 12.8 in flight (Little's law), over a static limit of 4.
+    let stub = Stub::start(Reply::ok().after(MS(640))).await;
+    let metrics = Metrics::new();
+    let client = Client::new(
+        ClientConfig {
+            max_concurrency: 4,
+            max_concurrency_adaptive: 32,
+            ..config(&stub.url)
+        },
+        ClientMetrics::register(&metrics).unwrap(),
+    )
+    .unwrap();
+    let static_limit = Controls::default();
+    let adaptive = Controls {
+        adaptive_limit: true,
+        ..Controls::default()
+    };
+
+    let (ok, shed) = offer(&client, static_limit, 400, MS(50)).await;
+    assert_eq!(ok + shed, 400);
+    assert!(
+        shed > 200,
+        "static: {shed} of 400 shed — about (12.8 - 4) / 12.8 of them"
+    );
+
+    // The adaptive limit starts at the same 4 and sheds while it climbs (one permit per limit's
+    // worth of answers: 4 → 13 takes ~70 answers, ~3.5 s here)...
+    let (ok, shed_ramp) = offer(&client, adaptive, 400, MS(50)).await;
+    assert_eq!(ok + shed_ramp, 400);
+    assert!(
+        shed_ramp < shed / 2,
+        "adaptive, climbing: {shed_ramp} of 400 shed (static: {shed})"
+    );
+    assert!(client.adaptive_limit() >= 13, "{}", client.adaptive_limit());
+    // ...and once it has what the latency needs, sheds nothing.
+    let (ok, shed) = offer(&client, adaptive, 400, MS(50)).await;
+    assert_eq!(
+        (ok, shed),
+        (400, 0),
+        "adaptive, climbed to {}",
+        client.adaptive_limit()
+    );
+    assert_eq!(
+        metric(&metrics, "entity_concurrency_limit", &[]),
+        client.adaptive_limit() as f64
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_adaptive_limit_falls_when_the_dependency_times_out() {
+    // Over the 700 ms attempt budget: every attempt times out — overload, as the client sees it.
+    let stub = Stub::start(Reply::ok().after(MS(2000))).await;
+    let metrics = Metrics::new();
+    let client = Client::new(
+        ClientConfig {
+            max_concurrency: 16,
+            max_concurrency_adaptive: 64,
+            ..config(&stub.url)
+        },
+        ClientMetrics::register(&metrics).unwrap(),
+    )
+    .unwrap();
+    let adaptive = Controls {
+        adaptive_limit: true,
+        // One attempt per call, so every admitted call is one timeout signal.
+        retries_enabled: false,
+        breaker: false,
+        ..Controls::default()
+    };
+    let (ctx, req) = (ctx(), request());
+    for _ in 0..20 {
+        let err = client.resolve(&ctx, &req, &adaptive).await.unwrap_err();
+        assert!(matches!(err, Error::AttemptTimedOut { .. }), "{err}");
+    }
+    // 16 × 0.9^20 ≈ 1.9.
+    assert!(client.adaptive_limit() <= 2, "{}", client.adaptive_limit());
 }

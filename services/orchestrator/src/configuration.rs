@@ -58,6 +58,7 @@ pub struct BudgetOverrides {
 #[serde(deny_unknown_fields)]
 pub struct ResilientSettings {
     pub max_concurrency: usize,
+    pub max_concurrency_adaptive: usize,
 }
 
 #[derive(Debug, Clone, Deserialize)]

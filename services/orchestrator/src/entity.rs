@@ -61,6 +61,7 @@ pub fn controls(flags: &Snapshot) -> Controls {
         jitter: flags.enabled("resilience.jitter"),
         breaker: flags.enabled("resilience.breaker"),
         concurrency_limit: flags.enabled("resilience.concurrency_limit"),
+        adaptive_limit: flags.enabled("resilience.concurrency_adaptive"),
     }
 }
 
@@ -95,6 +96,7 @@ impl EntityClients {
                 retry_budget: Default::default(),
                 breaker: Default::default(),
                 max_concurrency: settings.resilient.max_concurrency,
+                max_concurrency_adaptive: settings.resilient.max_concurrency_adaptive,
             },
             client_metrics,
         )?;
