@@ -39,7 +39,7 @@ use crate::backoff::Backoff;
 use crate::breaker::{Breaker, BreakerConfig, BreakerState};
 use crate::budget::{Budget, MIN_ATTEMPT_BUDGET};
 use crate::error::Error;
-use crate::limiter::{Limiter, Signal};
+use crate::limiter::{Adapt, Limiter, Signal};
 use crate::metrics::{outcome, retry_class, shed_reason, ClientMetrics};
 use crate::retry_budget::{Reservation, RetryBudget, RetryBudgetConfig};
 use crate::retryability;
@@ -98,9 +98,9 @@ pub struct Controls {
     pub breaker: bool,
     /// On: each attempt needs a limiter permit (shed at once when full). Off: unlimited.
     pub concurrency_limit: bool,
-    /// With `concurrency_limit` on: the limit adapts (AIMD, [`crate::limiter`]) instead of
-    /// staying at `max_concurrency`.
-    pub adaptive_limit: bool,
+    /// With `concurrency_limit` on: the limit adapts ([`crate::limiter::Adapt`]: AIMD or Vegas)
+    /// instead of staying at `max_concurrency`; `None`: the static limit.
+    pub adaptive_limit: Option<Adapt>,
 }
 
 impl Default for Controls {
@@ -113,7 +113,7 @@ impl Default for Controls {
             jitter: true,
             breaker: true,
             concurrency_limit: true,
-            adaptive_limit: false,
+            adaptive_limit: None,
         }
     }
 }
@@ -373,10 +373,9 @@ impl Client {
             };
             // LAB-FIX(pool-exhaustion) — then the concurrency limit: shed at once, never queue.
             let mut slot = if controls.concurrency_limit {
-                let admitted = if controls.adaptive_limit {
-                    self.limiter.try_acquire_adaptive()
-                } else {
-                    self.limiter.try_acquire()
+                let admitted = match controls.adaptive_limit {
+                    Some(how) => self.limiter.try_acquire_adapting(how),
+                    None => self.limiter.try_acquire(),
                 };
                 match admitted {
                     Some(s) => Some(s),

@@ -10,7 +10,7 @@
 //! queues: when every permit is taken the attempt is shed at once with
 //! `Error::ConcurrencyLimited`, which costs the caller microseconds and the process nothing.
 //!
-//! Two sizes, chosen per request (`Controls::adaptive_limit`):
+//! Three sizes, chosen per request (`Controls::adaptive_limit`):
 //! - **static**: `max_concurrency` permits, the postmortem's "semaphore sized to its capacity".
 //!   By Little's law it also sheds a dependency that is slow but not overloaded: 37.5 rps per
 //!   orchestrator × 640 ms is 24 attempts in flight, over a static 16.
@@ -21,6 +21,10 @@
 //!   overload (a 5xx, a refused connection) multiplies it by [`BACKOFF`]. Bounded by
 //!   `[1, max_concurrency_adaptive]`. A slow but healthy dependency earns the permits its latency
 //!   needs; an overloaded one loses them as fast as it fails.
+//! - **Vegas**: [`Adapt::Vegas`].
+//!
+//! Measured (docs/reports/noharm-slow-not-overloaded.md): none of the three wins both the slow
+//! but healthy dependency and the real stale plan, so the lab's default is the static limit.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -50,6 +54,47 @@ struct Adaptive {
     limit: Mutex<f64>,
     in_flight: AtomicUsize,
     max: f64,
+    /// Vegas: the smallest round trip seen in the current and the previous [`RTT_WINDOW`]
+    /// (the no-load round trip, re-learned as conditions change).
+    rtt: Mutex<RttFloor>,
+}
+
+/// How long a minimum round trip counts as "no load": long enough to hold an unqueued answer at
+/// 37.5 attempts a second per orchestrator (~75 of them), short enough that a dependency that
+/// became slower for everyone (injected latency, a slower plan at low load) is re-learned in
+/// seconds rather than taken for a queue forever.
+pub const RTT_WINDOW: std::time::Duration = std::time::Duration::from_secs(2);
+
+struct RttFloor {
+    current: Option<std::time::Duration>,
+    previous: Option<std::time::Duration>,
+    since: tokio::time::Instant,
+}
+
+impl RttFloor {
+    fn observe(&mut self, rtt: std::time::Duration) -> std::time::Duration {
+        if self.since.elapsed() >= RTT_WINDOW {
+            self.previous = self.current.take();
+            self.since = tokio::time::Instant::now();
+        }
+        self.current = Some(self.current.map_or(rtt, |c| c.min(rtt)));
+        self.previous
+            .map_or(rtt, |p| p.min(self.current.unwrap_or(rtt)))
+    }
+}
+
+/// Which size adapts, and how.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Adapt {
+    /// Additive increase per answer, ×[`BACKOFF`] per overload (timeouts and 5xx only).
+    Aimd,
+    /// TCP Vegas, as Netflix's `VegasLimit`: the queue the limit builds is estimated from the
+    /// round trip, `limit × (1 − rtt_noload / rtt)`; below `3·log10(limit)` it grows, above
+    /// `6·log10(limit)` it shrinks, by `log10(limit)` per limit's worth of answers (about one
+    /// step per round trip); an overload shrinks it as well. A dependency that got slower for
+    /// everyone (no queue: every round trip near the floor) keeps its permits; one that
+    /// queues loses them before the timeouts start.
+    Vegas,
 }
 
 /// What an attempt's outcome says about entity-service's capacity.
@@ -72,6 +117,11 @@ impl Limiter {
                 limit: Mutex::new(limit as f64),
                 in_flight: AtomicUsize::new(0),
                 max: adaptive_max.max(limit) as f64,
+                rtt: Mutex::new(RttFloor {
+                    current: None,
+                    previous: None,
+                    since: tokio::time::Instant::now(),
+                }),
             },
             in_use,
             current,
@@ -101,6 +151,11 @@ impl Limiter {
 
     /// A permit of the adaptive limit, or `None` at once when it is reached.
     pub fn try_acquire_adaptive(&self) -> Option<LimiterPermit<'_>> {
+        self.try_acquire_adapting(Adapt::Aimd)
+    }
+
+    /// A permit of the adaptive limit, adapted by `how`, or `None` at once when it is reached.
+    pub fn try_acquire_adapting(&self, how: Adapt) -> Option<LimiterPermit<'_>> {
         let a = &self.adaptive;
         let limit = (*a.limit.lock().unwrap() as usize).max(1);
         let mut now = a.in_flight.load(Ordering::Acquire);
@@ -123,6 +178,8 @@ impl Limiter {
         Some(LimiterPermit {
             kind: Kind::Adaptive {
                 in_flight_at_start: now + 1,
+                how,
+                started: tokio::time::Instant::now(),
             },
             limiter: self,
             signal: None,
@@ -132,7 +189,11 @@ impl Limiter {
 
 enum Kind<'a> {
     Static(#[allow(dead_code)] SemaphorePermit<'a>),
-    Adaptive { in_flight_at_start: usize },
+    Adaptive {
+        in_flight_at_start: usize,
+        how: Adapt,
+        started: tokio::time::Instant,
+    },
 }
 
 /// Held for the duration of one attempt; the gauge goes down with it however the attempt ends
@@ -155,18 +216,42 @@ impl LimiterPermit<'_> {
 impl Drop for LimiterPermit<'_> {
     fn drop(&mut self) {
         self.limiter.in_use.dec();
-        if let Kind::Adaptive { in_flight_at_start } = self.kind {
+        if let Kind::Adaptive {
+            in_flight_at_start,
+            how,
+            started,
+        } = self.kind
+        {
             let a = &self.limiter.adaptive;
             a.in_flight.fetch_sub(1, Ordering::AcqRel);
+            // Grow only while the limit is being used: an idle limit proves nothing.
+            let used = |limit: f64| in_flight_at_start as f64 * 2.0 >= limit;
+            let rtt = started.elapsed();
+            let floor = match (how, self.signal) {
+                (Adapt::Vegas, Some(Signal::Answered)) => Some(a.rtt.lock().unwrap().observe(rtt)),
+                _ => None,
+            };
             let mut limit = a.limit.lock().unwrap();
-            match self.signal {
-                // Grow only while the limit is being used: an idle limit proves nothing.
-                Some(Signal::Answered) if in_flight_at_start as f64 * 2.0 >= *limit => {
-                    *limit = (*limit + 1.0 / *limit).min(a.max);
+            let l = *limit;
+            *limit = match (how, self.signal) {
+                (Adapt::Aimd, Some(Signal::Answered)) if used(l) => l + 1.0 / l,
+                (Adapt::Aimd, Some(Signal::Overloaded)) => l * BACKOFF,
+                (Adapt::Vegas, Some(Signal::Answered)) => {
+                    let floor = floor.unwrap_or(rtt).as_secs_f64();
+                    let queue = l * (1.0 - floor / rtt.as_secs_f64().max(1e-6));
+                    let step = l.log10().max(1.0) / l;
+                    if queue > 6.0 * l.log10().max(1.0) {
+                        l - step
+                    } else if queue < 3.0 * l.log10().max(1.0) && used(l) {
+                        l + step
+                    } else {
+                        l
+                    }
                 }
-                Some(Signal::Overloaded) => *limit = (*limit * BACKOFF).max(1.0),
-                _ => {}
+                (Adapt::Vegas, Some(Signal::Overloaded)) => l - l.log10().max(1.0),
+                _ => l,
             }
+            .clamp(1.0, a.max);
             self.limiter.current.set(*limit as i64);
         }
     }

@@ -698,7 +698,7 @@ async fn a_slow_but_healthy_dependency_is_shed_by_the_static_limit_and_not_by_th
     .unwrap();
     let static_limit = Controls::default();
     let adaptive = Controls {
-        adaptive_limit: true,
+        adaptive_limit: Some(entity_client::limiter::Adapt::Aimd),
         ..Controls::default()
     };
 
@@ -747,7 +747,7 @@ async fn the_adaptive_limit_falls_when_the_dependency_times_out() {
     )
     .unwrap();
     let adaptive = Controls {
-        adaptive_limit: true,
+        adaptive_limit: Some(entity_client::limiter::Adapt::Aimd),
         // One attempt per call, so every admitted call is one timeout signal.
         retries_enabled: false,
         breaker: false,
@@ -760,4 +760,29 @@ async fn the_adaptive_limit_falls_when_the_dependency_times_out() {
     }
     // 16 × 0.9^20 ≈ 1.9.
     assert!(client.adaptive_limit() <= 2, "{}", client.adaptive_limit());
+}
+
+#[tokio::test(start_paused = true)]
+async fn vegas_keeps_the_permits_a_slow_dependency_needs_once_it_has_relearned_its_floor() {
+    // The same slow-but-healthy dependency as above: after the shift the floor is re-learned
+    // within two windows, the estimated queue is ~0, and the limit climbs to what 640 ms needs.
+    let stub = Stub::start(Reply::ok().after(MS(640))).await;
+    let metrics = Metrics::new();
+    let client = Client::new(
+        ClientConfig {
+            max_concurrency: 4,
+            max_concurrency_adaptive: 32,
+            ..config(&stub.url)
+        },
+        ClientMetrics::register(&metrics).unwrap(),
+    )
+    .unwrap();
+    let vegas = Controls {
+        adaptive_limit: Some(entity_client::limiter::Adapt::Vegas),
+        ..Controls::default()
+    };
+    let (_, shed_first) = offer(&client, vegas, 400, MS(50)).await;
+    let (ok, shed) = offer(&client, vegas, 400, MS(50)).await;
+    assert!(client.adaptive_limit() >= 13, "{}", client.adaptive_limit());
+    assert_eq!((ok, shed), (400, 0), "first 400: {shed_first} shed");
 }

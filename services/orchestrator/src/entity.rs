@@ -61,7 +61,11 @@ pub fn controls(flags: &Snapshot) -> Controls {
         jitter: flags.enabled("resilience.jitter"),
         breaker: flags.enabled("resilience.breaker"),
         concurrency_limit: flags.enabled("resilience.concurrency_limit"),
-        adaptive_limit: flags.enabled("resilience.concurrency_adaptive"),
+        adaptive_limit: match flags.variant("resilience.concurrency_adaptive") {
+            "on" | "aimd" => Some(entity_client::limiter::Adapt::Aimd),
+            "vegas" => Some(entity_client::limiter::Adapt::Vegas),
+            _ => None,
+        },
     }
 }
 
