@@ -6,7 +6,7 @@
 //! request's path; a revocation takes effect within that TTL. When re-verifying fails, the last
 //! answer is used for up to `auth.stale_ttl_ms` more (fail static; see [`KeyStore::new`]).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -53,10 +53,74 @@ pub struct KeyStore {
     stale_ttl: Duration,
     /// How long a request waits for re-verifying an expired answer before using it stale.
     refresh_timeout: Duration,
-    /// key id → its last answer.
+    /// key id → its last answer, for keys PostgreSQL knows (active or revoked).
     cache: Mutex<HashMap<String, Entry>>,
+    /// Key ids PostgreSQL does not know, kept apart so that a flood of random ids can neither
+    /// grow the known keys' cache nor make its upkeep cost more than O(1) per insert.
+    unknown: Mutex<Negative>,
+    /// Lookups of key ids in neither cache, at once: a flood of never-seen ids gets at most this
+    /// many of the pool's connections; past `refresh_timeout` waiting for one a request is
+    /// refused (503, retry later) — while every key already cached keeps authenticating without
+    /// asking PostgreSQL.
+    first_lookups: tokio::sync::Semaphore,
     outcomes: IntCounterVec,
 }
+
+/// A bounded set of unknown key ids: insertion order in a ring, the oldest out first (O(1)).
+struct Negative {
+    order: VecDeque<(String, Instant)>,
+    ids: HashSet<String>,
+    capacity: usize,
+}
+
+impl Negative {
+    fn new(capacity: usize) -> Self {
+        Self {
+            order: VecDeque::new(),
+            ids: HashSet::new(),
+            capacity: capacity.max(1),
+        }
+    }
+
+    /// Known to be unknown, and asked less than `ttl` ago.
+    fn contains(&mut self, id: &str, ttl: Duration) -> bool {
+        // Expired entries leave from the front as they are met: each leaves once, O(1) amortised.
+        while let Some((front, at)) = self.order.front() {
+            if at.elapsed() < ttl {
+                break;
+            }
+            self.ids.remove(front);
+            self.order.pop_front();
+        }
+        self.ids.contains(id)
+    }
+
+    fn insert(&mut self, id: &str) {
+        if !self.ids.insert(id.to_string()) {
+            return;
+        }
+        self.order.push_back((id.to_string(), Instant::now()));
+        while self.order.len() > self.capacity {
+            if let Some((old, _)) = self.order.pop_front() {
+                self.ids.remove(&old);
+            }
+        }
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.ids.len()
+    }
+}
+
+/// Unknown key ids remembered: at the lab's TTL of a few seconds, a flood of 20,000 random ids a
+/// second is still answered from memory; ~100 bytes each, 2 MB at most.
+const UNKNOWN_CAPACITY: usize = 20_000;
+/// Lookups of never-seen key ids at once: half the gateway's 4 key-store connections, so a flood
+/// of them leaves the other half to refreshing the keys of real tenants.
+const FIRST_LOOKUPS: usize = 2;
+/// Known keys cached at most (real tenants' keys: the lab seeds 2,000 tenants).
+const KNOWN_CAPACITY: usize = 100_000;
 
 /// Longest `Authorization` value considered; anything longer is not one of our keys.
 const MAX_KEY_LEN: usize = 128;
@@ -82,10 +146,14 @@ impl KeyStore {
             stale_ttl,
             refresh_timeout,
             cache: Mutex::new(HashMap::new()),
+            unknown: Mutex::new(Negative::new(UNKNOWN_CAPACITY)),
+            first_lookups: tokio::sync::Semaphore::new(FIRST_LOOKUPS),
             outcomes: metrics.counter_vec(
                 "gateway_auth_total",
                 "Authentication decisions, by result (ok, stale: verified from a cached answer while \
-                 the key store could not be read, missing, malformed, refused, unavailable)",
+                 the key store could not be read, missing, malformed, refused, unavailable, \
+                 busy: a never-seen key id refused after waiting refresh_timeout for one of the \
+                 few lookups such ids may make at once)",
                 &["result"],
             ),
         }
@@ -152,6 +220,37 @@ impl KeyStore {
                 return Ok((e.answer.clone(), e.verified_at.elapsed() >= self.ttl));
             }
         }
+        if previous.is_none()
+            && self
+                .unknown
+                .lock()
+                .expect("auth cache lock")
+                .contains(key_id, self.ttl)
+        {
+            return Ok((Cached::Refused, false));
+        }
+        // A key id in neither cache takes one of the few first-lookup permits, waiting at most
+        // `refresh_timeout` for one, or is refused: a flood of random ids queues here, not on
+        // the pool ahead of real tenants' refreshes. (A real key seen for the first time waits
+        // its turn too: 2 lookups of ~1 ms each clear ~2,000 new keys a second, a cold
+        // gateway's whole key set in about one.)
+        let _first = match previous {
+            Some(_) => None,
+            None => match tokio::time::timeout(self.refresh_timeout, self.first_lookups.acquire())
+                .await
+            {
+                Ok(Ok(p)) => Some(p),
+                _ => {
+                    return Err((
+                        "busy",
+                        ApiError::unavailable(
+                            "auth_unavailable",
+                            "cannot verify the API key right now; retry later",
+                        ),
+                    ))
+                }
+            },
+        };
         let query = sqlx::query_as::<_, (i64, Vec<u8>, bool, i32)>(
             "SELECT k.tenant_id, k.key_sha256, k.revoked_at IS NOT NULL, t.rate_limit_rps
              FROM api_keys k JOIN tenants t ON t.id = k.tenant_id WHERE k.key_id = $1",
@@ -205,9 +304,15 @@ impl KeyStore {
             },
             _ => Cached::Refused,
         };
+        if matches!(cached, Cached::Refused) && previous.is_none() {
+            // Not a key PostgreSQL knows: remembered apart, in O(1).
+            self.unknown.lock().expect("auth cache lock").insert(key_id);
+            return Ok((cached, false));
+        }
         let mut cache = self.cache.lock().expect("auth cache lock");
-        // Bound the cache: a scan of random key ids must not grow it without limit.
-        if cache.len() > 100_000 {
+        // Known keys only (real tenants' and revoked ones): this bound is a backstop, not the
+        // flood's path.
+        if cache.len() > KNOWN_CAPACITY {
             cache.retain(|_, e| e.checked_at.elapsed() < self.ttl);
         }
         let now = Instant::now();
@@ -237,6 +342,106 @@ pub fn parse_key_id(key: &str) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unknown_ids_are_bounded_and_evicted_oldest_first() {
+        let mut n = Negative::new(3);
+        for id in ["a", "b", "c", "d", "e"] {
+            n.insert(id);
+        }
+        assert_eq!(n.len(), 3);
+        let ttl = Duration::from_secs(60);
+        assert!(!n.contains("a", ttl) && !n.contains("b", ttl));
+        assert!(n.contains("c", ttl) && n.contains("e", ttl));
+        n.insert("e"); // again: no duplicate, nothing evicted
+        assert_eq!(n.len(), 3);
+        // Past the TTL every entry leaves on the next look.
+        assert!(!n.contains("e", Duration::ZERO));
+        assert_eq!(n.len(), 0);
+    }
+
+    /// A flood of never-seen key ids at once: a few are looked up, the rest refused at once as
+    /// `busy`, and a real tenant's cached key keeps authenticating through it without a query.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_flood_of_unknown_keys_is_bounded_and_a_cached_key_goes_on_authenticating() {
+        let db = testkit::TestDb::new().await;
+        let key = testkit::fixtures::tenant_with_key(&db.url, 1).await;
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(4)
+            .connect(&db.url)
+            .await
+            .unwrap();
+        let metrics = lab_core::metrics::Metrics::new();
+        // No wait for a first-lookup permit (refresh_timeout 0): what is not admitted at once is
+        // counted busy, so the bound shows in counts rather than in timing.
+        let store = std::sync::Arc::new(KeyStore::new(
+            pool,
+            Duration::from_secs(60),
+            Duration::from_secs(300),
+            Duration::ZERO,
+            &metrics,
+        ));
+        let real = format!("Bearer {}", key.api_key);
+        assert_eq!(store.authenticate(Some(&real)).await.unwrap().id, 1);
+
+        let flood: Vec<_> = (0..200u64)
+            .map(|i| {
+                let s = store.clone();
+                tokio::spawn(async move {
+                    let k = format!("Bearer rsl_{:012x}_{:064x}", 0xf00000000000u64 + i, i);
+                    s.authenticate(Some(&k)).await
+                })
+            })
+            .collect();
+        let mut real_ok = 0;
+        for _ in 0..50 {
+            if store.authenticate(Some(&real)).await.is_ok() {
+                real_ok += 1;
+            }
+        }
+        let mut refused = 0;
+        for f in flood {
+            assert!(
+                f.await.unwrap().is_err(),
+                "an unknown key never authenticates"
+            );
+            refused += 1;
+        }
+        assert_eq!(refused, 200);
+        assert_eq!(
+            real_ok, 50,
+            "the cached key authenticated through the flood"
+        );
+        let count = |r: &str| store.outcomes.with_label_values(&[r]).get();
+        let (looked_up, busy) = (count("refused"), count("busy"));
+        assert_eq!(looked_up + busy, 200);
+        assert!(busy > 0, "some never-seen ids were refused at once");
+        let remembered = store.unknown.lock().unwrap().len() as u64;
+        assert_eq!(
+            remembered, looked_up,
+            "every id looked up is remembered apart"
+        );
+        assert_eq!(
+            store.cache.lock().unwrap().len(),
+            1,
+            "the known keys' cache holds the real key only"
+        );
+        // A remembered unknown id is refused from memory: no permit, no query, not busy.
+        let id = store
+            .unknown
+            .lock()
+            .unwrap()
+            .ids
+            .iter()
+            .next()
+            .cloned()
+            .expect("at least one id was looked up");
+        let (busy_before, refused_before) = (count("busy"), count("refused"));
+        let again = format!("Bearer rsl_{id}_{:064x}", 0);
+        assert!(store.authenticate(Some(&again)).await.is_err());
+        assert_eq!(count("busy"), busy_before);
+        assert_eq!(count("refused"), refused_before + 1);
+    }
 
     #[test]
     fn parse_key_id_accepts_only_the_documented_shape() {
