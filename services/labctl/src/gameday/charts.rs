@@ -463,19 +463,21 @@ impl RunSeries {
             })
     }
 
+    /// How much the counter `key` of target `ti`, now at `v`, grew since tick `from` (a reset
+    /// counts from 0); `None` when the target was not scraped then.
+    fn delta(&self, from: usize, ti: usize, key: &str, v: f64) -> Option<f64> {
+        let b = self.ticks[from]
+            .scrapes
+            .get(ti)
+            .and_then(|s| s.as_ref())
+            .map(|s| s.get(key).copied().unwrap_or(0.0))?;
+        Some(if v >= b { v - b } else { v })
+    }
+
     fn increase(&self, from: usize, to: usize, service: &str, metric: &str, filter: Filter) -> f64 {
-        let mut total = 0.0;
-        for (ti, key, v) in self.samples(to, service, metric, filter) {
-            let before = self.ticks[from]
-                .scrapes
-                .get(ti)
-                .and_then(|s| s.as_ref())
-                .map(|s| s.get(key).copied().unwrap_or(0.0));
-            if let Some(b) = before {
-                total += if v >= b { v - b } else { v };
-            }
-        }
-        total
+        self.samples(to, service, metric, filter)
+            .filter_map(|(ti, key, v)| self.delta(from, ti, key, v))
+            .sum()
     }
 
     /// The value of `q` at tick `i` (`None`: not measurable there).
@@ -528,13 +530,8 @@ impl RunSeries {
                         },
                         None => continue,
                     };
-                    let before = self.ticks[from]
-                        .scrapes
-                        .get(ti)
-                        .and_then(|s| s.as_ref())
-                        .map(|s| s.get(key).copied().unwrap_or(0.0));
-                    if let Some(b) = before {
-                        *buckets.entry(k).or_default() += if v >= b { v - b } else { v };
+                    if let Some(d) = self.delta(from, ti, key, v) {
+                        *buckets.entry(k).or_default() += d;
                     }
                 }
                 histogram_quantile(*q, &buckets).map(|s| s * 1000.0)
