@@ -131,7 +131,9 @@ fn text(v: &AnyValue) -> String {
     }
 }
 
-/// The OTLP receiver and the query API on listeners of their own, until `shutdown` resolves.
+/// The OTLP receiver and the query API on listeners of their own, serving for as long as the
+/// runtime runs (the supervisor's: the receiver goes with the lab; traces are a window, not a
+/// store of record, so there is nothing to flush).
 pub struct Running {
     pub otlp: SocketAddr,
     pub api: SocketAddr,
@@ -139,12 +141,11 @@ pub struct Running {
 }
 
 /// Bind both listeners (so a port in use is an error here, not in a task), then serve them on
-/// the current runtime until `shutdown` completes.
+/// the current runtime.
 pub async fn start(
     otlp: SocketAddr,
     api: SocketAddr,
     store: Arc<Store>,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<Running> {
     use anyhow::Context as _;
     let otlp_listener = tokio::net::TcpListener::bind(otlp)
@@ -158,24 +159,15 @@ pub async fn start(
         api: api_listener.local_addr()?,
         store: store.clone(),
     };
-    let (tx, rx) = tokio::sync::watch::channel(false);
-    let mut rx2 = rx.clone();
-    tokio::spawn(async move {
-        shutdown.await;
-        let _ = tx.send(true);
-    });
     let service = TraceServiceServer::new(Receiver {
         store: store.clone(),
     })
     .max_decoding_message_size(MAX_MESSAGE_BYTES);
-    let mut rx1 = rx;
     tokio::spawn(async move {
         let incoming = tonic::transport::server::TcpIncoming::from(otlp_listener);
         let result = tonic::transport::Server::builder()
             .add_service(service)
-            .serve_with_incoming_shutdown(incoming, async move {
-                let _ = rx1.wait_for(|v| *v).await;
-            })
+            .serve_with_incoming(incoming)
             .await;
         if let Err(e) = result {
             tracing::warn!(error = %e, "the OTLP receiver stopped");
@@ -183,12 +175,7 @@ pub async fn start(
     });
     let app = crate::api::router(store);
     tokio::spawn(async move {
-        let result = axum::serve(api_listener, app)
-            .with_graceful_shutdown(async move {
-                let _ = rx2.wait_for(|v| *v).await;
-            })
-            .await;
-        if let Err(e) = result {
+        if let Err(e) = axum::serve(api_listener, app).await {
             tracing::warn!(error = %e, "the trace API stopped");
         }
     });

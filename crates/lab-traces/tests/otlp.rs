@@ -35,7 +35,6 @@ fn receiver() -> String {
                     "127.0.0.1:0".parse().unwrap(),
                     "127.0.0.1:0".parse().unwrap(),
                     Arc::new(Store::new(1_000)),
-                    std::future::pending(),
                 )
                 .await
                 .unwrap();

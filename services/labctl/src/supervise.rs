@@ -653,7 +653,6 @@ async fn start_traces(t: &TracesPlan) -> Option<String> {
         ([127, 0, 0, 1], t.otlp_port).into(),
         ([127, 0, 0, 1], t.api_port).into(),
         store,
-        std::future::pending(),
     )
     .await;
     match started {
