@@ -656,6 +656,21 @@ async fn resolve_passes_entity_services_error_row_through_and_obeys_its_retryabi
     }
 }
 
+/// A client whose limit starts at `initial` (the static size) and may adapt up to `ceiling`.
+fn limited(stub: &Stub, initial: usize, ceiling: usize) -> (Client, Metrics) {
+    let metrics = Metrics::new();
+    let c = Client::new(
+        ClientConfig {
+            max_concurrency: initial,
+            max_concurrency_adaptive: ceiling,
+            ..config(&stub.url)
+        },
+        ClientMetrics::register(&metrics).unwrap(),
+    )
+    .unwrap();
+    (c, metrics)
+}
+
 /// Offer `n` calls, one every `every` (open loop: a call does not wait for the previous one),
 /// and count how many were answered and how many shed by the concurrency limit.
 async fn offer(client: &Client, controls: Controls, n: usize, every: Duration) -> (usize, usize) {
@@ -686,16 +701,7 @@ async fn a_slow_but_healthy_dependency_is_shed_by_the_static_limit_and_not_by_th
     // The postmortem's trigger latency, inside the 700 ms attempt budget: slow, not overloaded.
     // 20 calls/s × 640 ms = 12.8 in flight (Little's law), over a static limit of 4.
     let stub = Stub::start(Reply::ok().after(MS(640))).await;
-    let metrics = Metrics::new();
-    let client = Client::new(
-        ClientConfig {
-            max_concurrency: 4,
-            max_concurrency_adaptive: 32,
-            ..config(&stub.url)
-        },
-        ClientMetrics::register(&metrics).unwrap(),
-    )
-    .unwrap();
+    let (client, metrics) = limited(&stub, 4, 32);
     let static_limit = Controls::default();
     let adaptive = Controls {
         adaptive_limit: Some(entity_client::limiter::Adapt::Aimd),
@@ -736,16 +742,7 @@ async fn a_slow_but_healthy_dependency_is_shed_by_the_static_limit_and_not_by_th
 async fn the_adaptive_limit_falls_when_the_dependency_times_out() {
     // Over the 700 ms attempt budget: every attempt times out — overload, as the client sees it.
     let stub = Stub::start(Reply::ok().after(MS(2000))).await;
-    let metrics = Metrics::new();
-    let client = Client::new(
-        ClientConfig {
-            max_concurrency: 16,
-            max_concurrency_adaptive: 64,
-            ..config(&stub.url)
-        },
-        ClientMetrics::register(&metrics).unwrap(),
-    )
-    .unwrap();
+    let (client, _metrics) = limited(&stub, 16, 64);
     let adaptive = Controls {
         adaptive_limit: Some(entity_client::limiter::Adapt::Aimd),
         // One attempt per call, so every admitted call is one timeout signal.
@@ -767,16 +764,7 @@ async fn vegas_keeps_the_permits_a_slow_dependency_needs_once_it_has_relearned_i
     // The same slow-but-healthy dependency as above: after the shift the floor is re-learned
     // within two windows, the estimated queue is ~0, and the limit climbs to what 640 ms needs.
     let stub = Stub::start(Reply::ok().after(MS(640))).await;
-    let metrics = Metrics::new();
-    let client = Client::new(
-        ClientConfig {
-            max_concurrency: 4,
-            max_concurrency_adaptive: 32,
-            ..config(&stub.url)
-        },
-        ClientMetrics::register(&metrics).unwrap(),
-    )
-    .unwrap();
+    let (client, metrics) = limited(&stub, 4, 32);
     let vegas = Controls {
         adaptive_limit: Some(entity_client::limiter::Adapt::Vegas),
         ..Controls::default()
@@ -785,4 +773,8 @@ async fn vegas_keeps_the_permits_a_slow_dependency_needs_once_it_has_relearned_i
     let (ok, shed) = offer(&client, vegas, 400, MS(50)).await;
     assert!(client.adaptive_limit() >= 13, "{}", client.adaptive_limit());
     assert_eq!((ok, shed), (400, 0), "first 400: {shed_first} shed");
+    assert_eq!(
+        metric(&metrics, "entity_concurrency_limit", &[]),
+        client.adaptive_limit() as f64
+    );
 }

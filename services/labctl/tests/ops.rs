@@ -318,6 +318,9 @@ fn the_supervisor_runs_a_trace_receiver_and_labctl_trace_draws_what_it_received(
         .find(|l| l.trim_start().starts_with("entity.Resolve "))
         .unwrap_or_else(|| panic!("{text}"));
     assert!(resolve.contains('▒') && resolve.ends_with('!'), "{text}");
-    // The API answers what the CLI read, to whoever asks (e.g. a script).
-    assert!(api.starts_with("http://127.0.0.1:"));
+    // The same API named by hand (`--api`, as for a lab labctl did not start), as JSON.
+    let json = labctl(&state, &["trace", "--api", api, "list", "--json"]);
+    let list: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(list[0]["trace_id"], "5a".repeat(16), "{list}");
+    assert_eq!(list[0]["orphans"], 1, "{list}");
 }
