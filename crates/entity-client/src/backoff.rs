@@ -20,6 +20,22 @@ pub const BASE_BACKOFF: Duration = Duration::from_millis(40);
 /// reached (40, 80); it bounds the schedule if `max_attempts` is ever raised.
 pub const MAX_BACKOFF: Duration = Duration::from_millis(400);
 
+/// How a wait is drawn inside its window `[0, upper_bound)` (a policy's choice; the lab's fix
+/// is [`Jitter::Full`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Jitter {
+    /// Uniform over the whole window (AWS "full jitter", the postmortem's fix; gRPC's A6 retry
+    /// design draws the same way).
+    #[default]
+    Full,
+    /// Half the window fixed, half random (AWS "equal jitter"): never retries at once, spreads
+    /// half as much.
+    Equal,
+    /// No randomness: the window's upper bound, in lock-step across replicas (what the
+    /// `resilience.jitter` flag's off does, for ablation).
+    None,
+}
+
 /// A backoff schedule, validated at construction (linkerd's `ExponentialBackoff::try_new`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Backoff {
@@ -27,6 +43,20 @@ pub struct Backoff {
     base: Duration,
     /// Upper bound of any wait, however many retries.
     cap: Duration,
+    jitter: Jitter,
+}
+
+impl std::str::FromStr for Jitter {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "full" => Ok(Jitter::Full),
+            "equal" => Ok(Jitter::Equal),
+            "none" => Ok(Jitter::None),
+            other => Err(format!("jitter {other:?}: use full, equal or none")),
+        }
+    }
 }
 
 impl Backoff {
@@ -42,19 +72,37 @@ impl Backoff {
                 base.as_millis()
             ));
         }
-        Ok(Self { base, cap })
+        Ok(Self {
+            base,
+            cap,
+            jitter: Jitter::Full,
+        })
     }
 
-    /// The postmortem's schedule: base 40 ms, cap 400 ms.
+    /// The same schedule, its waits drawn the `jitter` way.
+    pub fn with_jitter(self, jitter: Jitter) -> Self {
+        Self { jitter, ..self }
+    }
+
+    /// The postmortem's schedule: base 40 ms, cap 400 ms, full jitter.
     pub fn entity() -> Self {
         Self {
             base: BASE_BACKOFF,
             cap: MAX_BACKOFF,
+            jitter: Jitter::Full,
         }
     }
 
     pub fn cap(&self) -> Duration {
         self.cap
+    }
+
+    pub fn base(&self) -> Duration {
+        self.base
+    }
+
+    pub fn jitter(&self) -> Jitter {
+        self.jitter
     }
 
     /// `min(cap, base · 2^(retry-1))` for retry 1, 2, ... (retry 0 — the first attempt — and
@@ -77,13 +125,23 @@ impl Backoff {
         Duration::from_nanos(rand::rng().random_range(0..upper))
     }
 
-    /// The wait before retry number `retry`: full jitter, or — when the `jitter` control is off,
-    /// for ablation only — the deterministic upper bound, which puts every pod back in lock-step.
+    /// Equal jitter: `upper/2 + uniform[0, upper/2)`.
+    pub fn equal_jitter(&self, retry: u32) -> Duration {
+        let half = self.upper_bound(retry).as_nanos() as u64 / 2;
+        if half == 0 {
+            return self.upper_bound(retry);
+        }
+        Duration::from_nanos(half + rand::rng().random_range(0..half))
+    }
+
+    /// The wait before retry number `retry`, drawn the schedule's way — or, when the `jitter`
+    /// control is off (ablation only), the deterministic upper bound, which puts every pod back
+    /// in lock-step.
     pub fn delay(&self, retry: u32, jitter: bool) -> Duration {
-        if jitter {
-            self.full_jitter(retry)
-        } else {
-            self.upper_bound(retry)
+        match (jitter, self.jitter) {
+            (false, _) | (true, Jitter::None) => self.upper_bound(retry),
+            (true, Jitter::Full) => self.full_jitter(retry),
+            (true, Jitter::Equal) => self.equal_jitter(retry),
         }
     }
 }
@@ -91,6 +149,22 @@ impl Backoff {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_jitter_kind_draws_inside_its_own_part_of_the_window() {
+        let b = Backoff::entity();
+        let upper = b.upper_bound(2); // 80 ms
+        let equal = b.with_jitter(Jitter::Equal);
+        let none = b.with_jitter(Jitter::None);
+        for _ in 0..200 {
+            let e = equal.delay(2, true);
+            assert!(e >= upper / 2 && e < upper, "{e:?}");
+            assert_eq!(none.delay(2, true), upper);
+            assert!(b.delay(2, true) < upper);
+            // The flag's off wins over any kind.
+            assert_eq!(equal.delay(2, false), upper);
+        }
+    }
 
     #[test]
     fn backoff_try_new_refuses_zero_base_and_low_cap() {

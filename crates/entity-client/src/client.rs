@@ -215,6 +215,12 @@ impl Client {
         })
     }
 
+    /// The same client with another backoff schedule (a policy's; default [`Backoff::entity`]).
+    pub fn with_backoff(mut self, backoff: Backoff) -> Self {
+        self.backoff = backoff;
+        self
+    }
+
     /// The adaptive concurrency limit's current size (also `entity_concurrency_limit` while it
     /// is the one in use).
     pub fn adaptive_limit(&self) -> usize {

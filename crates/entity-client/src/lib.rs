@@ -44,6 +44,7 @@ pub mod spans;
 #[cfg(feature = "test-support")]
 pub mod test_support;
 
+pub use backoff::{Backoff, Jitter};
 pub use breaker::{BreakerConfig, BreakerState};
 pub use client::{Client, ClientConfig, Controls};
 pub use error::Error;

@@ -75,6 +75,13 @@ pub fn url_list(list: &str) -> Vec<String> {
         .collect()
 }
 
+/// The `[section]` names of a TOML text (lower-cased; `[a.b]` counts as `a`).
+pub fn sections(text: &str) -> HashSet<String> {
+    text.parse::<toml_like::Table>()
+        .map(|t| t.sections)
+        .unwrap_or_default()
+}
+
 /// The few facts we need from a TOML defaults file without pulling a TOML parser of our own:
 /// its `[section]` names.
 mod toml_like {

@@ -64,6 +64,11 @@ pub struct UpArgs {
     /// The receiver's query API (`labctl trace`).
     #[arg(long, default_value_t = 14318)]
     pub traces_port: u16,
+    /// A retry policy for the fixed client (a TOML file: `[budget]`, `[resilient]`,
+    /// `[policy]`; see load/policies/), validated before anything starts and loaded by every
+    /// orchestrator. Legacy mode ignores it.
+    #[arg(long)]
+    pub policy: Option<PathBuf>,
 }
 
 /// Traces kept by the native receiver: at 20 traces a second, the last few minutes — a replay
@@ -102,6 +107,15 @@ pub fn plan(args: &UpArgs, database_url: &str, state_dir: &Path) -> anyhow::Resu
         "--trace-sample is a share of requests, 0 to 1 (got {})",
         args.trace_sample
     );
+    // A policy is refused before anything starts, with the orchestrator's own words.
+    let policy = match &args.policy {
+        Some(p) => {
+            let pol = crate::policy::load(p)?;
+            println!("policy {}: {}", pol.name, pol.summary);
+            Some(pol)
+        }
+        None => None,
+    };
     let user_collector = std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT")
         .ok()
         .filter(|v| !v.trim().is_empty());
@@ -169,6 +183,12 @@ pub fn plan(args: &UpArgs, database_url: &str, state_dir: &Path) -> anyhow::Resu
             // One event per batch: tansu's high watermark is wrong after a batched produce, which
             // would falsify the enrichment lag (crates/lab-kafka/src/lag.rs).
             env.insert("LAB_KAFKA__BATCH_MAX_EVENTS".into(), "1".into());
+        }
+        if let Some(p) = &policy {
+            env.insert(
+                "LAB_CONFIG_FILE".into(),
+                p.path.to_string_lossy().into_owned(),
+            );
         }
         passthrough(&mut env);
         procs.push(ProcSpec {

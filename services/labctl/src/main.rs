@@ -27,6 +27,7 @@ mod kafka;
 mod lab;
 mod load;
 mod ops;
+mod policy;
 mod progress;
 mod remediate;
 /// Tests that load PostgreSQL hard and measure what it does (the real trigger's plans and
@@ -129,6 +130,12 @@ enum Command {
     /// The lab's main job: calibrate, then replay the postmortem's morning from the real trigger
     /// in both modes (fresh labs), with a verdict per step (load/scenarios/incident.yaml).
     Replay(gameday::replay::ReplayArgs),
+    /// Test the postmortem's claims: the fix taken apart, control by control, on the real
+    /// trigger (calibrated load, stale plan, rollback, ANALYZE), every cell a fresh lab.
+    Ablate(gameday::ablate::AblateArgs),
+    /// The metastability map: how long the plan stays stale × offered load, per mode — which
+    /// cells stay failed after ANALYZE.
+    Map(gameday::map::MapArgs),
     /// The 03:00 locale backfill: autovacuum off, populate ~40% of rows, then widen the column
     /// (drops its statistics and invalidates every cached plan: the hot lookup flips).
     Backfill(BackfillCli),
@@ -368,6 +375,15 @@ async fn main() -> anyhow::Result<()> {
         Command::Replay(args) => {
             let keys = seed::read_api_keys(&cli.data_dir)?;
             gameday::replay::run(&args, &globals, keys).await?;
+        }
+        Command::Ablate(args) if args.list => gameday::ablate::list(),
+        Command::Ablate(args) => {
+            let keys = seed::read_api_keys(&cli.data_dir)?;
+            gameday::ablate::run(&args, &globals, keys).await?;
+        }
+        Command::Map(args) => {
+            let keys = seed::read_api_keys(&cli.data_dir)?;
+            gameday::map::run(&args, &globals, keys).await?;
         }
         Command::Tenants { command } => tenants::run(command, &cli.database_url).await?,
         Command::Flags { command } => flags::run(command, &cli.redis_url, &cli.state_dir).await?,

@@ -2,7 +2,10 @@
 
 use std::time::Duration;
 
-use entity_client::{hop_table, Budget, HopTable};
+use entity_client::backoff::BASE_BACKOFF;
+use entity_client::{
+    hop_table, Backoff, BreakerConfig, Budget, HopTable, Jitter, RetryBudgetConfig,
+};
 use lab_core::server::HttpSettings;
 use serde::Deserialize;
 
@@ -16,6 +19,10 @@ pub struct Settings {
     #[serde(default)]
     pub budget: BudgetOverrides,
     pub resilient: ResilientSettings,
+    /// A retry policy's knobs for the fixed client (`labctl up --policy FILE`); every key
+    /// absent keeps the client's own default.
+    #[serde(default)]
+    pub policy: PolicySettings,
     pub legacy: LegacySettings,
     pub flags: lab_flags::FlagSettings,
     pub kafka: lab_kafka::ProducerSettings,
@@ -59,6 +66,76 @@ pub struct BudgetOverrides {
 pub struct ResilientSettings {
     pub max_concurrency: usize,
     pub max_concurrency_adaptive: usize,
+}
+
+/// The fixed client's retry policy beyond the hop table and the concurrency limit: backoff,
+/// retry budget, breaker. Absent keys keep the client's defaults, each with its why where it is
+/// defined (`entity_client::backoff`, `RetryBudgetConfig`, `BreakerConfig`). A team's policy
+/// file sets them (see `load/policies/`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicySettings {
+    /// A name for reports (`grpc-retry-throttling`).
+    pub name: Option<String>,
+    pub backoff_base_ms: Option<u64>,
+    pub backoff_cap_ms: Option<u64>,
+    /// `full`, `equal` or `none`.
+    pub jitter: Option<String>,
+    pub retry_budget_max_tokens: Option<f64>,
+    pub retry_budget_retry_cost: Option<f64>,
+    pub retry_budget_success_credit: Option<f64>,
+    pub breaker_failure_ratio: Option<f64>,
+    pub breaker_min_requests: Option<u32>,
+    pub breaker_window_ms: Option<u64>,
+    pub breaker_shedding_ms: Option<u64>,
+    pub breaker_probes: Option<u32>,
+}
+
+impl PolicySettings {
+    /// The backoff schedule, or which key is wrong.
+    pub fn backoff(&self) -> anyhow::Result<Backoff> {
+        let d = Backoff::entity();
+        let base = self
+            .backoff_base_ms
+            .map_or(BASE_BACKOFF, Duration::from_millis);
+        let cap = self.backoff_cap_ms.map_or(d.cap(), Duration::from_millis);
+        let b = Backoff::try_new(base, cap)
+            .map_err(|e| anyhow::anyhow!("policy.backoff_base_ms / policy.backoff_cap_ms: {e}"))?;
+        Ok(match &self.jitter {
+            Some(j) => b.with_jitter(
+                j.parse::<Jitter>()
+                    .map_err(|e| anyhow::anyhow!("policy.jitter: {e}"))?,
+            ),
+            None => b,
+        })
+    }
+
+    pub fn retry_budget(&self) -> anyhow::Result<RetryBudgetConfig> {
+        let d = RetryBudgetConfig::default();
+        let c = RetryBudgetConfig {
+            max_tokens: self.retry_budget_max_tokens.unwrap_or(d.max_tokens),
+            retry_cost: self.retry_budget_retry_cost.unwrap_or(d.retry_cost),
+            success_credit: self.retry_budget_success_credit.unwrap_or(d.success_credit),
+        };
+        c.validate()
+            .map_err(|e| anyhow::anyhow!("policy.retry_budget_*: {e}"))?;
+        Ok(c)
+    }
+
+    pub fn breaker(&self) -> anyhow::Result<BreakerConfig> {
+        let d = BreakerConfig::default();
+        let ms = Duration::from_millis;
+        let c = BreakerConfig {
+            failure_ratio: self.breaker_failure_ratio.unwrap_or(d.failure_ratio),
+            min_requests: self.breaker_min_requests.unwrap_or(d.min_requests),
+            window: self.breaker_window_ms.map_or(d.window, ms),
+            shedding_for: self.breaker_shedding_ms.map_or(d.shedding_for, ms),
+            probes: self.breaker_probes.unwrap_or(d.probes),
+        };
+        c.validate()
+            .map_err(|e| anyhow::anyhow!("policy.breaker_*: {e}"))?;
+        Ok(c)
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -113,8 +190,18 @@ impl Settings {
             self.legacy.max_conns_per_host > 0,
             "legacy.max_conns_per_host must be at least 1"
         );
+        anyhow::ensure!(
+            self.resilient.max_concurrency_adaptive >= self.resilient.max_concurrency,
+            "resilient.max_concurrency_adaptive ({}) must be >= resilient.max_concurrency ({}): \
+             the adaptive limit starts at the static one",
+            self.resilient.max_concurrency_adaptive,
+            self.resilient.max_concurrency
+        );
         self.kafka.validate()?;
         self.hop_table()?;
+        self.policy.backoff()?;
+        self.policy.retry_budget()?;
+        self.policy.breaker()?;
         Ok(())
     }
 }

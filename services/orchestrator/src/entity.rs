@@ -97,13 +97,14 @@ impl EntityClients {
             ClientConfig {
                 base_urls: urls,
                 budget: table.entity.clone(),
-                retry_budget: Default::default(),
-                breaker: Default::default(),
+                retry_budget: settings.policy.retry_budget()?,
+                breaker: settings.policy.breaker()?,
                 max_concurrency: settings.resilient.max_concurrency,
                 max_concurrency_adaptive: settings.resilient.max_concurrency_adaptive,
             },
             client_metrics,
-        )?;
+        )?
+        .with_backoff(settings.policy.backoff()?);
         Ok(Self {
             legacy,
             resilient,

@@ -480,20 +480,29 @@ impl RunSeries {
             .sum()
     }
 
-    /// The value of `q` at tick `i` (`None`: not measurable there).
-    pub fn eval(&self, q: &Q, i: usize) -> Option<f64> {
+    /// A rate `q` over the last `window` ticks instead of [`RATE_WINDOW`] (1: second by
+    /// second); other quantities as [`RunSeries::eval`].
+    pub fn eval_window(&self, q: &Q, i: usize, window: usize) -> Option<f64> {
         match q {
             Q::Rate {
                 service,
                 metric,
                 filter,
             } => {
-                // Over the last RATE_WINDOW seconds, like `rate(...[5s])`: one-second increments
-                // of a few hundred requests are too noisy to read.
-                let from = i.checked_sub(RATE_WINDOW.min(i).max(1))?;
+                let from = i.checked_sub(window.min(i).max(1))?;
                 let dt = self.ticks[i].t - self.ticks[from].t;
                 (dt > 0.0).then(|| self.increase(from, i, service, metric, *filter) / dt)
             }
+            _ => self.eval(q, i),
+        }
+    }
+
+    /// The value of `q` at tick `i` (`None`: not measurable there).
+    pub fn eval(&self, q: &Q, i: usize) -> Option<f64> {
+        match q {
+            // Over the last RATE_WINDOW seconds, like `rate(...[5s])`: one-second increments
+            // of a few hundred requests are too noisy to read.
+            Q::Rate { .. } => self.eval_window(q, i, RATE_WINDOW),
             Q::Gauge {
                 service,
                 metric,

@@ -12,7 +12,7 @@ use serde_json::Value;
 use super::charts::{self, RunSeries, PANELS};
 use crate::load::SecondSample;
 
-fn esc(s: &str) -> String {
+pub(super) fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
@@ -188,7 +188,7 @@ fn traces(
     Ok(())
 }
 
-fn head(html: &mut String, title: &str) {
+pub(super) fn head(html: &mut String, title: &str) {
     let _ = writeln!(
         html,
         "<!doctype html><html><head><meta charset='utf-8'><title>{t}</title><style>{STYLE}</style>\

@@ -6,9 +6,12 @@
 //! shaped like the postmortem's Performance Comparison (one column per phase). Everything — the
 //! per-second series, the summary, the load report — is written as JSON and Markdown.
 
+pub mod ablate;
+pub mod cell;
 pub mod charts;
 pub mod engine;
 pub mod html;
+pub mod map;
 pub mod replay;
 pub mod report;
 pub mod scenario;
@@ -27,7 +30,7 @@ use crate::supervise;
 use scrape::Target;
 pub use targets::parse_targets;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, serde::Deserialize)]
 pub enum Mode {
     Legacy,
     Resilient,
@@ -101,6 +104,14 @@ struct ExpectationResult {
     max: Option<f64>,
     value: Option<f64>,
     ok: bool,
+}
+
+/// Seconds since the Unix epoch (run directories' names).
+pub fn now_s() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or_default()
 }
 
 /// The global options a labctl child process needs to act on the same lab.

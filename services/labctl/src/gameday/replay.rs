@@ -25,7 +25,7 @@ use serde::Serialize;
 
 use super::engine::{self, Outcome, TargetSource};
 use super::scenario::{self, Scenario};
-use super::{report, spawn_labctl, Globals, Mode};
+use super::{now_s, report, spawn_labctl, Globals, Mode};
 use crate::lab::{self, UpArgs};
 use crate::load::{self, DocSource, Docs, LoadArgs, TenantMix};
 use crate::seed::ApiKeyRecord;
@@ -88,7 +88,7 @@ pub struct ReplayArgs {
 }
 
 /// What the calibration measured and chose.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct Calibration {
     /// 200s within 3 s per second, closed loop, warm caches, healthy plan.
     pub healthy_capacity_rps: f64,
@@ -153,21 +153,14 @@ struct Summary<'a> {
     modes: &'a [ModeReport],
 }
 
-fn now_s() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or_default()
-}
-
 /// A fresh lab of `args.lab`'s shape (any lab still up is stopped first).
-async fn fresh_lab(args: &ReplayArgs, g: &Globals) -> anyhow::Result<()> {
+pub(super) async fn fresh_lab(args: &ReplayArgs, g: &Globals) -> anyhow::Result<()> {
     lab::down(&g.state_dir).await?;
     lab::up(&args.lab, &g.database_url, &g.state_dir).await
 }
 
 /// Run `labctl <cmd>` to completion (its output in `log`).
-async fn labctl(g: &Globals, cmd: &str, log: &Path) -> anyhow::Result<()> {
+pub(super) async fn labctl(g: &Globals, cmd: &str, log: &Path) -> anyhow::Result<()> {
     let st = spawn_labctl(g, cmd, log)?.wait().await?;
     anyhow::ensure!(
         st.success(),
@@ -178,7 +171,7 @@ async fn labctl(g: &Globals, cmd: &str, log: &Path) -> anyhow::Result<()> {
 }
 
 /// A closed-loop run of `seconds`; its goodput per second over the last `tail` seconds.
-async fn closed_loop(
+pub(super) async fn closed_loop(
     args: &ReplayArgs,
     g: &Globals,
     keys: &[ApiKeyRecord],
@@ -247,7 +240,7 @@ async fn set_resilient(g: &Globals) -> anyhow::Result<()> {
 }
 
 /// Step 1.
-async fn calibrate(
+pub(super) async fn calibrate(
     args: &ReplayArgs,
     g: &Globals,
     keys: &[ApiKeyRecord],

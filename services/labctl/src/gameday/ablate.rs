@@ -1,0 +1,1026 @@
+//! `labctl ablate`: the fix taken apart on the real trigger. Every cell is the postmortem's
+//! morning in small — the calibrated load, the stale plan, the rollback's cold caches ten
+//! seconds into it, ANALYZE — run on a fresh lab with one client configuration:
+//!
+//! - **legacy**, and legacy with one control that exists outside the fixed client (shallow
+//!   probes, boot warm-up, one retry layer: the gateway's retries off);
+//! - **base**: the fixed client with every `resilience.*` control off — what remains is what
+//!   no flag separates (one retry layer, a per-attempt budget, retryable classes, shallow
+//!   probes, boot warm-up) — and base plus each control alone;
+//! - **all**: the fixed client as shipped, all but each control, and the adaptive limits in
+//!   place of the static one.
+//!
+//! The report ranks the controls by the goodput each buys, and tests the postmortem's claims
+//! on the numbers (`ablate.md`, `report.html`, `summary.json`).
+
+use std::fmt::Write as _;
+use std::time::Instant;
+
+use serde::Serialize;
+
+use super::cell::{self, CellArgs, CellResult, CellSpec};
+use super::html::{esc, head};
+use super::replay::Calibration;
+use super::{Globals, Mode};
+use crate::seed::ApiKeyRecord;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct AblateArgs {
+    #[command(flatten)]
+    pub cells: CellArgs,
+    /// The load as a share of the stale plan's measured capacity (the replay's operating point).
+    #[arg(long, default_value_t = 0.9)]
+    pub stale_utilisation: f64,
+    /// How long the plan stays stale before ANALYZE (default 60 s; --quick 40 s).
+    #[arg(long)]
+    pub stale_seconds: Option<u64>,
+    /// Hold the stale plan alone, without the rollback ten seconds into it.
+    #[arg(long)]
+    pub no_rollback: bool,
+    /// Run only these cells (ids, comma-separated; see --list).
+    #[arg(long, value_delimiter = ',')]
+    pub only: Vec<String>,
+    /// Print the matrix's cells and exit.
+    #[arg(long)]
+    pub list: bool,
+    /// Teams' client policies (files, comma-separated; see load/policies/), each run as one
+    /// more cell in resilient mode and scored against the lab's fix (`all`).
+    #[arg(long, value_delimiter = ',')]
+    pub policies: Vec<std::path::PathBuf>,
+}
+
+/// A control of the fixed client that a `resilience.*` flag switches on its own.
+struct Control {
+    id: &'static str,
+    label: &'static str,
+    flag: &'static str,
+}
+
+const CLIENT_CONTROLS: &[Control] = &[
+    Control {
+        id: "deadline",
+        label: "deadline propagation + cancellation",
+        flag: "resilience.deadline_propagation",
+    },
+    Control {
+        id: "retry_budget",
+        label: "retry budget",
+        flag: "resilience.retry_budget",
+    },
+    Control {
+        id: "jitter",
+        label: "full jitter",
+        flag: "resilience.jitter",
+    },
+    Control {
+        id: "breaker",
+        label: "circuit breaker",
+        flag: "resilience.breaker",
+    },
+    Control {
+        id: "concurrency_limit",
+        label: "concurrency limit (static, 16 per orchestrator)",
+        flag: "resilience.concurrency_limit",
+    },
+];
+
+/// Which group a cell belongs to (its reference for the ranking).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+enum Group {
+    /// Legacy and legacy + one control: reference `legacy`.
+    Legacy,
+    /// base and base + one control: reference `base`.
+    Base,
+    /// all and all but one (or all with a variant): reference `all`.
+    All,
+    /// A team's policy file: reference `all`, the lab's fix.
+    Policy,
+}
+
+struct Cell {
+    id: String,
+    policy: Option<std::path::PathBuf>,
+    label: String,
+    group: Group,
+    mode: Mode,
+    flags: Vec<(String, String)>,
+    /// In the --quick matrix.
+    quick: bool,
+}
+
+fn flags(list: &[(&str, &str)]) -> Vec<(String, String)> {
+    list.iter()
+        .map(|(f, v)| (f.to_string(), v.to_string()))
+        .collect()
+}
+
+/// The matrix, in the report's order.
+fn matrix() -> Vec<Cell> {
+    let mut cells = vec![Cell {
+        policy: None,
+        id: "legacy".into(),
+        label: "legacy (no control)".into(),
+        group: Group::Legacy,
+        mode: Mode::Legacy,
+        flags: vec![],
+        quick: true,
+    }];
+    for (id, label, f, v) in [
+        (
+            "legacy+shallow_probes",
+            "legacy + shallow probes",
+            "readiness.depth",
+            "shallow",
+        ),
+        (
+            "legacy+warmup",
+            "legacy + boot warm-up",
+            "cache.warmup_on_boot",
+            "on",
+        ),
+        (
+            "legacy+one_retry_layer",
+            "legacy + one retry layer (gateway retries off)",
+            "retries.gateway.enabled",
+            "off",
+        ),
+    ] {
+        cells.push(Cell {
+            policy: None,
+            id: id.into(),
+            label: label.into(),
+            group: Group::Legacy,
+            mode: Mode::Legacy,
+            flags: flags(&[(f, v)]),
+            quick: false,
+        });
+    }
+    let all_off: Vec<(&str, &str)> = CLIENT_CONTROLS.iter().map(|c| (c.flag, "off")).collect();
+    cells.push(Cell {
+        policy: None,
+        id: "base".into(),
+        label: "base (fixed client, every resilience.* off)".into(),
+        group: Group::Base,
+        mode: Mode::Resilient,
+        flags: flags(&all_off),
+        quick: true,
+    });
+    for c in CLIENT_CONTROLS {
+        let f: Vec<(&str, &str)> = CLIENT_CONTROLS
+            .iter()
+            .filter(|o| o.id != c.id)
+            .map(|o| (o.flag, "off"))
+            .collect();
+        cells.push(Cell {
+            policy: None,
+            id: format!("base+{}", c.id),
+            label: format!("base + {}", c.label),
+            group: Group::Base,
+            mode: Mode::Resilient,
+            flags: flags(&f),
+            quick: true,
+        });
+    }
+    cells.push(Cell {
+        policy: None,
+        id: "all".into(),
+        label: "all (the fixed client as shipped)".into(),
+        group: Group::All,
+        mode: Mode::Resilient,
+        flags: vec![],
+        quick: true,
+    });
+    for c in CLIENT_CONTROLS {
+        cells.push(Cell {
+            policy: None,
+            id: format!("all-{}", c.id),
+            label: format!("all but {}", c.label),
+            group: Group::All,
+            mode: Mode::Resilient,
+            flags: flags(&[(c.flag, "off")]),
+            quick: false,
+        });
+    }
+    for (id, label, f, v) in [
+        (
+            "all-shallow_probes",
+            "all but shallow probes (deep readiness)",
+            "readiness.depth",
+            "deep",
+        ),
+        (
+            "all-warmup",
+            "all but boot warm-up",
+            "cache.warmup_on_boot",
+            "off",
+        ),
+        (
+            "all+aimd",
+            "all, adaptive limit (AIMD) for the static one",
+            "resilience.concurrency_adaptive",
+            "on",
+        ),
+        (
+            "all+vegas",
+            "all, adaptive limit (Vegas) for the static one",
+            "resilience.concurrency_adaptive",
+            "vegas",
+        ),
+    ] {
+        cells.push(Cell {
+            policy: None,
+            id: id.into(),
+            label: label.into(),
+            group: Group::All,
+            mode: Mode::Resilient,
+            flags: flags(&[(f, v)]),
+            quick: false,
+        });
+    }
+    cells
+}
+
+/// One row of the report: a cell's repetitions, summarised.
+#[derive(Serialize)]
+struct Row {
+    id: String,
+    label: String,
+    group: Group,
+    repeats: usize,
+    /// Mean over repetitions.
+    goodput_pct: Option<f64>,
+    error_5xx_pct: Option<f64>,
+    /// Goodput share gained over the group's reference (legacy, base) or lost when the control
+    /// is removed from `all` (negative: removing it costs).
+    delta_goodput_pp: Option<f64>,
+    recovery_seconds: Option<f64>,
+    stayed_failed: usize,
+    metrics: std::collections::BTreeMap<String, (f64, f64, f64)>,
+}
+
+#[derive(Serialize)]
+struct Claim {
+    quote: &'static str,
+    verdict: String,
+    evidence: String,
+}
+
+#[derive(Serialize)]
+struct Summary<'a> {
+    calibration: &'a Calibration,
+    rate: f64,
+    stale_seconds: u64,
+    rollback_after: Option<u64>,
+    repeat: u32,
+    quick: bool,
+    rows: &'a [Row],
+    claims: &'a [Claim],
+    cells: &'a [CellResult],
+    seconds: f64,
+}
+
+/// The metrics of the table, with their units (aggregates over the stale window; see
+/// [`cell::aggregate`]).
+const COLUMNS: &[(&str, &str, usize)] = &[
+    ("error_5xx_pct", "5xx %", 1),
+    ("goodput_pct", "goodput % of offered", 1),
+    ("amplification", "amplification (mean)", 2),
+    (
+        "orchestrator_attempts_per_first_peak",
+        "attempts/first orch→entity (peak)",
+        2,
+    ),
+    (
+        "amplified_seconds_longest",
+        "longest run > 1.2× steady amplification (s)",
+        0,
+    ),
+    ("abandoned_pct", "abandoned work %", 1),
+    (
+        "orchestrator_tasks_max_peak",
+        "orchestrator tasks (peak)",
+        0,
+    ),
+    (
+        "orchestrator_rss_mb_max_peak",
+        "orchestrator RSS MB (peak)",
+        0,
+    ),
+    (
+        "db_connections_max_peak",
+        "PostgreSQL connections (peak)",
+        0,
+    ),
+    ("oom_kills", "OOM kills", 0),
+    ("entity_calls_total", "entity-service calls (whole cell)", 0),
+    ("after_goodput_pct", "goodput % after ANALYZE", 1),
+];
+
+/// `labctl ablate --list`: the matrix, and which cells --quick runs.
+pub fn list() {
+    for c in matrix() {
+        println!(
+            "{:<24} {:<9} {}{}",
+            c.id,
+            c.mode.variant(),
+            c.label,
+            if c.quick { "  [quick]" } else { "" }
+        );
+    }
+}
+
+pub async fn run(args: &AblateArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> anyhow::Result<()> {
+    args.cells.validate()?;
+    anyhow::ensure!(
+        args.stale_utilisation > 0.0 && args.stale_utilisation <= 3.0,
+        "--stale-utilisation must be in (0, 3]"
+    );
+    let all = matrix();
+    for id in &args.only {
+        anyhow::ensure!(
+            all.iter().any(|c| &c.id == id),
+            "--only {id}: no such cell (labctl ablate --list)"
+        );
+    }
+    anyhow::ensure!(
+        args.cells.lab.policy.is_none(),
+        "labctl ablate: name policies with --policies A.toml,B.toml (each becomes a cell scored \
+         against the lab's fix; the other cells keep the lab's own client)"
+    );
+    let mut policy_cells = Vec::new();
+    for path in &args.policies {
+        let p = crate::policy::load(path)?;
+        println!("policy {}: {}", p.name, p.summary);
+        policy_cells.push(Cell {
+            policy: Some(p.path.clone()),
+            id: format!("policy-{}", p.name),
+            label: format!("policy {} (resilient mode, every control on)", p.name),
+            group: Group::Policy,
+            mode: Mode::Resilient,
+            flags: vec![],
+            quick: true,
+        });
+    }
+    let chosen: Vec<&Cell> = all
+        .iter()
+        .filter(|c| {
+            if args.only.is_empty() {
+                c.quick || !args.cells.quick
+            } else {
+                args.only.contains(&c.id)
+            }
+        })
+        .chain(policy_cells.iter())
+        .collect();
+    let q = args.cells.quick;
+    let stale_seconds = args.stale_seconds.unwrap_or(if q { 40 } else { 60 });
+    let rollback_after = (!args.no_rollback).then_some(10);
+    let recovery = args
+        .cells
+        .recovery_seconds
+        .unwrap_or(if q { 45 } else { 60 });
+    let steady = if q { 10 } else { 15 };
+    anyhow::ensure!(
+        stale_seconds >= 5 && rollback_after.is_none_or(|r| r < stale_seconds),
+        "--stale-seconds must be at least 5 and longer than the 10 s before the rollback"
+    );
+
+    let out = args.cells.out_dir(g, "ablate");
+    std::fs::create_dir_all(&out)?;
+    let started = Instant::now();
+    let cal = cell::calibration(&args.cells, g, &keys, &out).await?;
+    let rate = (args.stale_utilisation * cal.stale_capacity_rps).max(1.0);
+    anyhow::ensure!(
+        rate.is_finite(),
+        "the calibration has no stale capacity: measure one (omit --calibration)"
+    );
+    println!(
+        "ablation: {} cells × {} at {rate:.0} rps ({:.2} × stale capacity {:.0} rps), stale {stale_seconds} s{}; out {}",
+        chosen.len(),
+        args.cells.repeat,
+        args.stale_utilisation,
+        cal.stale_capacity_rps,
+        rollback_after.map(|r| format!(", rollback at +{r} s")).unwrap_or_default(),
+        out.display()
+    );
+    let specs: Vec<CellSpec> = chosen
+        .iter()
+        .map(|c| CellSpec {
+            id: c.id.clone(),
+            label: c.label.clone(),
+            mode: c.mode,
+            flags: c.flags.clone(),
+            rate,
+            steady_seconds: steady,
+            stale_seconds,
+            rollback_after,
+            recovery_seconds: recovery,
+            recovery_margin: args.cells.recovery_margin,
+            policy: c.policy.clone(),
+        })
+        .collect();
+    let results = cell::run_all(&specs, &args.cells, &cal, g, &keys, &out).await?;
+    let rows = rows(&chosen, &results);
+    let mut claims = claims(&rows);
+    if args.cells.repeat == 1 {
+        for c in &mut claims {
+            c.evidence
+                .push_str(" (one repetition per cell: no spread measured; --repeat 3 to see one)");
+        }
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let mut md = markdown(
+        &cal,
+        rate,
+        stale_seconds,
+        rollback_after,
+        args,
+        &rows,
+        &claims,
+        seconds,
+    );
+    md.push('\n');
+    md.push_str(&cell::cost_line(&results));
+    md.push('\n');
+    std::fs::write(out.join("ablate.md"), &md)?;
+    std::fs::write(
+        out.join("summary.json"),
+        serde_json::to_vec_pretty(&Summary {
+            calibration: &cal,
+            rate,
+            stale_seconds,
+            rollback_after,
+            repeat: args.cells.repeat,
+            quick: q,
+            rows: &rows,
+            claims: &claims,
+            cells: &results,
+            seconds,
+        })?,
+    )?;
+    let html = html(&md_title(rate, &cal), &rows, &claims, &md);
+    std::fs::write(out.join("report.html"), html)?;
+    println!("\n{md}");
+    println!(
+        "ablation done in {:.1} min: {} ({})",
+        seconds / 60.0,
+        out.join("ablate.md").display(),
+        out.join("report.html").display()
+    );
+    let broken: Vec<&str> = results
+        .iter()
+        .filter(|r| !r.consistent)
+        .map(|r| r.spec.id.as_str())
+        .collect();
+    anyhow::ensure!(
+        broken.is_empty(),
+        "cells whose own counts did not add up (see their summary in cells/): {broken:?}"
+    );
+    Ok(())
+}
+
+fn rows(cells: &[&Cell], results: &[CellResult]) -> Vec<Row> {
+    let of =
+        |id: &str| -> Vec<&CellResult> { results.iter().filter(|r| r.spec.id == id).collect() };
+    let mean = |id: &str, key: &str| cell::spread(&of(id), key).map(|s| s.0);
+    cells
+        .iter()
+        .map(|c| {
+            let reps = of(&c.id);
+            let (recovery_seconds, stayed_failed) = cell::recovery_summary(&reps);
+            let reference = match c.group {
+                Group::Legacy => "legacy",
+                Group::Base => "base",
+                Group::All | Group::Policy => "all",
+            };
+            let g = mean(&c.id, "goodput_pct");
+            let delta = if c.id == reference {
+                None
+            } else {
+                match (g, mean(reference, "goodput_pct")) {
+                    (Some(a), Some(b)) => Some(a - b),
+                    _ => None,
+                }
+            };
+            let metrics = COLUMNS
+                .iter()
+                .filter_map(|(k, _, _)| cell::spread(&reps, k).map(|s| (k.to_string(), s)))
+                .collect();
+            Row {
+                id: c.id.clone(),
+                label: c.label.clone(),
+                group: c.group,
+                repeats: reps.len(),
+                goodput_pct: g,
+                error_5xx_pct: mean(&c.id, "error_5xx_pct"),
+                delta_goodput_pp: delta,
+                recovery_seconds,
+                stayed_failed,
+                metrics,
+            }
+        })
+        .collect()
+}
+
+fn row<'a>(rows: &'a [Row], id: &str) -> Option<&'a Row> {
+    rows.iter().find(|r| r.id == id)
+}
+
+fn metric(rows: &[Row], id: &str, key: &str) -> Option<f64> {
+    row(rows, id)?.metrics.get(key).map(|s| s.0)
+}
+
+/// Goodput below half the offered load while the plan is stale: a collapse; above: a partial
+/// degradation. The postmortem's 34% 5xx was a collapse in its own words.
+const COLLAPSE_BELOW_PCT: f64 = 50.0;
+
+fn fmt(v: Option<f64>, digits: usize) -> String {
+    v.map_or("—".into(), |v| format!("{v:.digits$}"))
+}
+
+/// The postmortem's claims against the matrix's numbers. A claim the measured cells cannot
+/// decide says so ("not tested"), with what would decide it.
+fn claims(rows: &[Row]) -> Vec<Claim> {
+    let mut out = Vec::new();
+    let gp = |id: &str| row(rows, id).and_then(|r| r.goodput_pct);
+
+    // 1. The retry budget first.
+    let mut alone: Vec<(&str, f64)> = rows
+        .iter()
+        .filter(|r| r.group == Group::Base && r.id != "base")
+        .filter_map(|r| r.goodput_pct.map(|g| (r.id.as_str(), g)))
+        .collect();
+    alone.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let rank = alone.iter().position(|(id, _)| *id == "base+retry_budget");
+    out.push(Claim {
+        quote: "The retry budget is the most important control here, and the one I'd add first if you only add one thing.",
+        verdict: match (rank, alone.len()) {
+            (None, _) | (_, 0 | 1) => "not tested (needs base and base + each control)".into(),
+            (Some(0), _) => {
+                let margin = alone[0].1 - alone.get(1).map_or(alone[0].1, |x| x.1);
+                if margin >= 1.0 {
+                    "supported".into()
+                } else {
+                    format!("tied: first by {margin:.1} pp, inside one repetition's noise")
+                }
+            }
+            (Some(k), n) => format!("not supported: the retry budget ranks {} of {n}", k + 1),
+        },
+        evidence: format!(
+            "goodput while stale, each control alone on base ({} %): {}",
+            fmt(gp("base"), 1),
+            alone
+                .iter()
+                .map(|(id, g)| format!("{} {g:.1} %", id.trim_start_matches("base+")))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    });
+
+    // 2. Amplification collapses automatically, in under a second.
+    let run = |id: &str| metric(rows, id, "amplified_seconds_longest");
+    let apf = |id: &str| metric(rows, id, "orchestrator_attempts_per_first_peak");
+    out.push(Claim {
+        quote: "Amplification collapses from 9× to 1× automatically, in under a second.",
+        verdict: match (run("base"), run("base+retry_budget")) {
+            (Some(b), Some(r)) if b <= 1.0 => format!(
+                "not tested: without the budget amplification never stayed above 1.2× steady for more than {b:.0} s (nothing to collapse; the budget cell's longest: {r:.0} s)"
+            ),
+            (Some(_), Some(r)) if r <= 1.0 => "supported (at this lab's 1-second resolution)".into(),
+            (Some(_), Some(r)) => format!("not supported: with the retry budget alone amplification stayed above 1.2× steady for {r:.0} s in a row"),
+            _ => "not tested (needs base and base + retry budget)".into(),
+        },
+        evidence: format!(
+            "longest run of seconds above 1.2× the steady amplification — base {} s, base + retry budget {} s, legacy {} s, all {} s; peak orchestrator attempts per first call — base {}, base + retry budget {}, legacy {} (legacy's gateway: {} per first)",
+            fmt(run("base"), 0),
+            fmt(run("base+retry_budget"), 0),
+            fmt(run("legacy"), 0),
+            fmt(run("all"), 0),
+            fmt(apf("base"), 2),
+            fmt(apf("base+retry_budget"), 2),
+            fmt(apf("legacy"), 2),
+            fmt(metric(rows, "legacy", "gateway_attempts_per_first_peak"), 2),
+        ),
+    });
+
+    // 3. The semaphore: partial degradation instead of collapse.
+    let sem = gp("base+concurrency_limit");
+    let without = gp("base").into_iter().chain(gp("legacy")).reduce(f64::min);
+    out.push(Claim {
+        quote: "A semaphore in front of entity-service sized to its actual capacity would have made this incident a partial degradation instead of a collapse.",
+        verdict: match (sem, without) {
+            (Some(_), Some(w)) if w >= COLLAPSE_BELOW_PCT => format!(
+                "not tested: nothing collapsed without it (worst goodput {w:.1} % ≥ {COLLAPSE_BELOW_PCT} %)"
+            ),
+            (Some(s), Some(_)) if s >= COLLAPSE_BELOW_PCT => "supported".into(),
+            (Some(s), Some(_)) => format!("not supported: with the limit alone goodput was {s:.1} %, still a collapse"),
+            _ => "not tested (needs base + concurrency limit, and base or legacy)".into(),
+        },
+        evidence: format!(
+            "goodput while stale (collapse: below {COLLAPSE_BELOW_PCT} % of offered) — legacy {} %, base {} %, base + concurrency limit {} %, all {} %",
+            fmt(gp("legacy"), 1),
+            fmt(gp("base"), 1),
+            fmt(sem, 1),
+            fmt(gp("all"), 1)
+        ),
+    });
+
+    // 4. Full jitter, fewer total calls.
+    let calls = |id: &str| metric(rows, id, "entity_calls_total");
+    let pairs = [("base", "base+jitter"), ("all-jitter", "all")];
+    let measured: Vec<(f64, f64)> = pairs
+        .iter()
+        .filter_map(|(a, b)| Some((calls(a)?, calls(b)?)))
+        .collect();
+    out.push(Claim {
+        quote: "Full jitter produces fewer total calls.",
+        verdict: if measured.is_empty() {
+            "not tested (needs base and base + full jitter, or all and all but full jitter)".into()
+        } else if measured
+            .iter()
+            .all(|(without, with)| *with < 0.98 * without)
+        {
+            "supported".into()
+        } else if measured
+            .iter()
+            .all(|(without, with)| *with > 1.02 * without)
+        {
+            "not supported: more calls with full jitter".into()
+        } else {
+            "not supported: no difference beyond 2%".into()
+        },
+        evidence: pairs
+            .iter()
+            .map(|(a, b)| {
+                format!(
+                    "entity-service calls without jitter ({a}) {} vs with ({b}) {}",
+                    fmt(calls(a), 0),
+                    fmt(calls(b), 0)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; "),
+    });
+
+    // 5. The storm outlives its trigger.
+    let rec = |id: &str| row(rows, id).map(|r| (r.recovery_seconds, r.stayed_failed));
+    out.push(Claim {
+        quote: "(implicit) The storm outlives its trigger: the error rate stayed at 34% until the retries were switched off; ANALYZE came last.",
+        verdict: match rec("legacy") {
+            Some((_, n)) if n > 0 => "supported: legacy had not recovered at the end of the recovery window".into(),
+            Some((Some(s), _)) if s > 10.0 => format!("partly: legacy recovered, {s:.0} s after ANALYZE"),
+            Some((Some(s), _)) => format!("not supported here: legacy recovered {s:.0} s after ANALYZE (see labctl map for the loads where it does not)"),
+            _ => "not tested (needs legacy)".into(),
+        },
+        evidence: rows
+            .iter()
+            .filter(|r| ["legacy", "base", "all"].contains(&r.id.as_str()))
+            .map(|r| {
+                format!(
+                    "{}: {}",
+                    r.id,
+                    if r.stayed_failed > 0 {
+                        format!("stayed failed ({} of {})", r.stayed_failed, r.repeats)
+                    } else {
+                        format!("recovered {} s after ANALYZE", fmt(r.recovery_seconds, 0))
+                    }
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; "),
+    });
+    out
+}
+
+fn md_title(rate: f64, cal: &Calibration) -> String {
+    format!(
+        "Ablation of the fix on the real trigger — {rate:.0} rps ({:.2} × the stale capacity of {:.0} rps)",
+        rate / cal.stale_capacity_rps,
+        cal.stale_capacity_rps
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+fn markdown(
+    cal: &Calibration,
+    rate: f64,
+    stale_seconds: u64,
+    rollback_after: Option<u64>,
+    args: &AblateArgs,
+    rows: &[Row],
+    claims: &[Claim],
+    seconds: f64,
+) -> String {
+    let mut md = format!("# {}\n\n", md_title(rate, cal));
+    let _ = writeln!(
+        md,
+        "Every cell: a fresh lab (2 orchestrators, 2 entity-services, memory limit {}), a {} s closed-loop warm-up, then at {rate:.0} rps open loop: steady, the plan flip (`backfill --only invalidate`) held {stale_seconds} s{}, `ANALYZE`, and the recovery window. Figures are over the stale window (plan flip → ANALYZE) unless named otherwise; recovery = the first of 5 seconds in a row with goodput ≥ {:.0}% of offered, counted from the end of ANALYZE. Healthy capacity {:.0} rps, stale {:.0} rps. {} cell(s) × {} repetition(s){}; the matrix took {:.0} min.\n",
+        cal.memory_limit_bytes.map_or("none".into(), |b| format!("{} MiB", b >> 20)),
+        args.cells.warmup_seconds,
+        rollback_after
+            .map(|r| format!(" with the postmortem's rollback (`rollout restart orchestrator`: cold caches) {r} s into it"))
+            .unwrap_or_default(),
+        100.0 * args.cells.recovery_margin,
+        cal.healthy_capacity_rps,
+        cal.stale_capacity_rps,
+        rows.len(),
+        args.cells.repeat,
+        if args.cells.repeat > 1 { " (mean, and min–max in brackets)" } else { " (one each: no spread measured)" },
+        seconds / 60.0
+    );
+
+    md.push_str("## Which single control buys the most goodput\n\nAlone: goodput gained over the cell's reference (legacy for controls outside the client, base for the client's own). Removed: goodput lost when only it is taken out of the full fix.\n\n| rank | cell | goodput % while stale | Δ vs reference (pp) | recovery after ANALYZE |\n|---:|---|---:|---:|---:|\n");
+    let mut ranked: Vec<&Row> = rows
+        .iter()
+        .filter(|r| r.delta_goodput_pp.is_some())
+        .collect();
+    ranked.sort_by(|a, b| {
+        let key = |r: &Row| match r.group {
+            // Removing a control: the loss is what it buys.
+            Group::All => -r.delta_goodput_pp.unwrap_or(0.0),
+            _ => r.delta_goodput_pp.unwrap_or(0.0),
+        };
+        (a.group == Group::All)
+            .cmp(&(b.group == Group::All))
+            .then(key(b).total_cmp(&key(a)))
+    });
+    for (i, r) in ranked.iter().enumerate() {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {:+.1} | {} |",
+            i + 1,
+            r.label,
+            fmt(r.goodput_pct, 1),
+            r.delta_goodput_pp.unwrap_or(f64::NAN),
+            recovery_text(r)
+        );
+    }
+
+    let policies: Vec<&Row> = rows.iter().filter(|r| r.group == Group::Policy).collect();
+    if !policies.is_empty() {
+        md.push_str("\n## Your policies against the lab's fix\n\n| policy | goodput % while stale | Δ vs the lab's fix (pp) | 5xx % | recovery after ANALYZE |\n|---|---:|---:|---:|---:|\n");
+        if let Some(all) = rows.iter().find(|r| r.id == "all") {
+            let _ = writeln!(
+                md,
+                "| the lab's fix (`all`) | {} | — | {} | {} |",
+                fmt(all.goodput_pct, 1),
+                fmt(all.error_5xx_pct, 1),
+                recovery_text(all)
+            );
+        }
+        for r in policies {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} | {} |",
+                r.label,
+                fmt(r.goodput_pct, 1),
+                r.delta_goodput_pp
+                    .map_or("—".into(), |d| format!("{d:+.1}")),
+                fmt(r.error_5xx_pct, 1),
+                recovery_text(r)
+            );
+        }
+    }
+
+    md.push_str("\n## The postmortem's claims\n\n");
+    for c in claims {
+        let _ = writeln!(
+            md,
+            "- > {}\n\n  **{}** — {}\n",
+            c.quote, c.verdict, c.evidence
+        );
+    }
+
+    md.push_str("## Every cell\n\n| cell | ");
+    md.push_str(&COLUMNS.iter().map(|c| c.1).collect::<Vec<_>>().join(" | "));
+    md.push_str(" | recovery after ANALYZE |\n|---|");
+    md.push_str(&"---:|".repeat(COLUMNS.len() + 1));
+    md.push('\n');
+    for r in rows {
+        let _ = write!(md, "| {} `{}` |", r.label, r.id);
+        for (k, _, d) in COLUMNS {
+            let _ = write!(
+                md,
+                " {} |",
+                cell::fmt_spread(r.metrics.get(*k).copied(), r.repeats, *d)
+            );
+        }
+        let _ = writeln!(md, " {} |", recovery_text(r));
+    }
+    md.push_str("\nWhat the cells cannot separate: the retryable classes and the per-attempt budget are the fixed client's code, not flags — they are in `base`; one retry layer is tested on legacy (`legacy+one_retry_layer`), since the fixed gateway always makes one attempt.\n");
+    md
+}
+
+fn recovery_text(r: &Row) -> String {
+    if r.stayed_failed > 0 {
+        format!("stayed failed ({}/{})", r.stayed_failed, r.repeats)
+    } else {
+        r.recovery_seconds
+            .map_or("—".into(), |s| format!("{s:.0} s"))
+    }
+}
+
+/// Goodput while stale per cell, as horizontal bars (the 5xx share as a red bar beside it).
+fn bars_svg(rows: &[Row]) -> String {
+    let (w, row_h, left) = (900.0, 22.0, 330.0);
+    let h = 40.0 + row_h * rows.len() as f64;
+    let x = |pct: f64| left + (w - left - 20.0) * pct.clamp(0.0, 100.0) / 100.0;
+    let mut s = format!(
+        "<svg xmlns='http://www.w3.org/2000/svg' width='{w}' height='{h}' font-family='sans-serif' font-size='12'>\
+         <rect width='100%' height='100%' fill='white'/>"
+    );
+    for pct in [0.0, 25.0, 50.0, 75.0, 100.0] {
+        let _ = write!(
+            s,
+            "<line x1='{0}' x2='{0}' y1='20' y2='{1}' stroke='#ddd'/><text x='{0}' y='14' text-anchor='middle'>{pct:.0}%</text>",
+            x(pct),
+            h - 10.0
+        );
+    }
+    for (i, r) in rows.iter().enumerate() {
+        let y = 24.0 + row_h * i as f64;
+        let colour = match r.group {
+            Group::Legacy => "#d62728",
+            Group::Base => "#ff7f0e",
+            Group::All => "#2ca02c",
+            Group::Policy => "#1f77b4",
+        };
+        let g = r.goodput_pct.unwrap_or(0.0);
+        let e = r.error_5xx_pct.unwrap_or(0.0);
+        let _ = write!(
+            s,
+            "<text x='{}' y='{}' text-anchor='end'>{}</text>\
+             <rect x='{left}' y='{}' width='{}' height='9' fill='{colour}'/>\
+             <rect x='{left}' y='{}' width='{}' height='5' fill='#7f0000'/>\
+             <text x='{}' y='{}' font-size='10'>{g:.1}% good · {e:.1}% 5xx</text>",
+            left - 8.0,
+            y + 10.0,
+            esc(&r.id),
+            y + 1.0,
+            x(g) - left,
+            y + 11.0,
+            x(e) - left,
+            x(g) + 4.0,
+            y + 10.0
+        );
+    }
+    s.push_str("</svg>");
+    s
+}
+
+fn html(title: &str, rows: &[Row], claims: &[Claim], md: &str) -> String {
+    let mut h = String::new();
+    head(&mut h, title);
+    h.push_str("<h2>Goodput while the plan is stale, per cell</h2><p class='why'>Bars: goodput as a share of the offered load (red: legacy and legacy + one control; orange: base + one control; green: the full fix and all but one; blue: your policies). The thin dark bar under each is the 5xx share.</p>");
+    h.push_str(&bars_svg(rows));
+    h.push_str("<h2>The postmortem's claims</h2><table><tr><th>claim</th><th>verdict</th><th>evidence</th></tr>");
+    for c in claims {
+        let class = if c.verdict.starts_with("supported") {
+            "ok"
+        } else if c.verdict.starts_with("not supported") {
+            "no"
+        } else {
+            ""
+        };
+        let _ = write!(
+            h,
+            "<tr><td>{}</td><td class='{class}'>{}</td><td>{}</td></tr>",
+            esc(c.quote),
+            esc(&c.verdict),
+            esc(&c.evidence)
+        );
+    }
+    h.push_str("</table>");
+    h.push_str("<h2>Every cell</h2><table><tr><th>cell</th>");
+    for (_, label, _) in COLUMNS {
+        let _ = write!(h, "<th>{}</th>", esc(label));
+    }
+    h.push_str("<th>recovery after ANALYZE</th></tr>");
+    for r in rows {
+        let _ = write!(
+            h,
+            "<tr><td>{} <code>{}</code></td>",
+            esc(&r.label),
+            esc(&r.id)
+        );
+        for (k, _, d) in COLUMNS {
+            let _ = write!(
+                h,
+                "<td>{}</td>",
+                cell::fmt_spread(r.metrics.get(*k).copied(), r.repeats, *d)
+            );
+        }
+        let _ = write!(h, "<td>{}</td></tr>", esc(&recovery_text(r)));
+    }
+    h.push_str(
+        "</table><h2>The report as Markdown</h2><pre style='white-space:pre-wrap;font-size:11px'>",
+    );
+    h.push_str(&esc(md));
+    h.push_str("</pre></body></html>\n");
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(id: &str, group: Group, goodput: f64, calls: f64, run: f64) -> Row {
+        let mut metrics = std::collections::BTreeMap::new();
+        metrics.insert("entity_calls_total".to_string(), (calls, calls, calls));
+        metrics.insert("amplified_seconds_longest".to_string(), (run, run, run));
+        Row {
+            id: id.into(),
+            label: id.into(),
+            group,
+            repeats: 1,
+            goodput_pct: Some(goodput),
+            error_5xx_pct: Some(100.0 - goodput),
+            delta_goodput_pp: None,
+            recovery_seconds: Some(3.0),
+            stayed_failed: 0,
+            metrics,
+        }
+    }
+
+    #[test]
+    fn the_matrix_has_every_control_alone_and_removed_and_a_quick_subset() {
+        let m = matrix();
+        for c in CLIENT_CONTROLS {
+            let alone = m.iter().find(|x| x.id == format!("base+{}", c.id)).unwrap();
+            // Alone: every other client control off, this one left at its default (on).
+            assert_eq!(alone.flags.len(), CLIENT_CONTROLS.len() - 1);
+            assert!(!alone.flags.iter().any(|(f, _)| f == c.flag));
+            let removed = m.iter().find(|x| x.id == format!("all-{}", c.id)).unwrap();
+            assert_eq!(removed.flags, vec![(c.flag.to_string(), "off".to_string())]);
+        }
+        let ids: Vec<&str> = m.iter().map(|c| c.id.as_str()).collect();
+        let mut unique = ids.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), ids.len(), "cell ids must be unique: {ids:?}");
+        let quick = m.iter().filter(|c| c.quick).count();
+        assert_eq!(quick, 8, "legacy, base, five alone, all");
+        // Every flag named is a real flag with a real variant.
+        let defs = lab_flags::Definitions::embedded();
+        for c in &m {
+            for (f, v) in &c.flags {
+                defs.check(f, v).unwrap();
+            }
+        }
+    }
+
+    #[test]
+    fn claims_follow_the_numbers_both_ways() {
+        let mut rows = vec![
+            row("legacy", Group::Legacy, 20.0, 9000.0, 30.0),
+            row("base", Group::Base, 30.0, 8000.0, 20.0),
+            row("base+retry_budget", Group::Base, 80.0, 5000.0, 0.0),
+            row("base+jitter", Group::Base, 35.0, 7000.0, 15.0),
+            row("base+concurrency_limit", Group::Base, 60.0, 6000.0, 4.0),
+        ];
+        let c = claims(&rows);
+        assert_eq!(c[0].verdict, "supported", "{}", c[0].evidence);
+        assert!(c[1].verdict.starts_with("supported"), "{}", c[1].verdict);
+        assert_eq!(c[2].verdict, "supported");
+        assert_eq!(c[3].verdict, "supported");
+        // Flip the numbers: the same claims fail.
+        rows[2].goodput_pct = Some(40.0);
+        rows[2]
+            .metrics
+            .insert("amplified_seconds_longest".into(), (9.0, 9.0, 9.0));
+        rows[4].goodput_pct = Some(45.0);
+        rows[3]
+            .metrics
+            .insert("entity_calls_total".into(), (8500.0, 8500.0, 8500.0));
+        let c = claims(&rows);
+        assert!(
+            c[0].verdict.starts_with("not supported"),
+            "{}",
+            c[0].verdict
+        );
+        assert!(
+            c[1].verdict.starts_with("not supported"),
+            "{}",
+            c[1].verdict
+        );
+        assert!(
+            c[2].verdict.starts_with("not supported"),
+            "{}",
+            c[2].verdict
+        );
+        assert!(
+            c[3].verdict.starts_with("not supported"),
+            "{}",
+            c[3].verdict
+        );
+        // Nothing collapsed and nothing amplified: those claims are untested, not "supported".
+        for r in rows.iter_mut() {
+            r.goodput_pct = Some(90.0);
+            r.metrics
+                .insert("amplified_seconds_longest".into(), (0.0, 0.0, 0.0));
+        }
+        let c = claims(&rows);
+        assert!(c[1].verdict.starts_with("not tested"), "{}", c[1].verdict);
+        assert!(c[2].verdict.starts_with("not tested"), "{}", c[2].verdict);
+    }
+}

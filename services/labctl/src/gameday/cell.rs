@@ -1,0 +1,873 @@
+//! One cell of an experiment (`labctl ablate`, `labctl map`): a fresh lab, a client
+//! configuration, a load, and the real trigger held for a stated time — the stale plan
+//! (`backfill --only invalidate`, optionally with the postmortem's rollback on top) cured by
+//! `ANALYZE` — measured by the same engine as a game day. What a cell costs: a lab start, a
+//! closed-loop warm-up, its timeline; never the backfill (the table stays populated between
+//! cells, and every cell starts from freshly analyzed statistics).
+//!
+//! Cells are resumable: each repetition writes `cells/<id>/rep-<n>/cell.json` when it is done,
+//! and a matrix run again with the same `--out` skips the ones already measured (`--rerun`
+//! measures them again).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+
+use super::charts::{Filter, RunSeries, Q};
+use super::engine::{self, TargetSource};
+use super::replay::{self, Calibration, Modes, ReplayArgs};
+use super::scenario::{Phase, Scenario};
+use super::{Globals, Mode};
+use crate::lab::{self, UpArgs};
+use crate::load::{SecondSample, TenantMix};
+use crate::seed::ApiKeyRecord;
+
+/// Options every experiment shares (`labctl ablate`, `labctl map`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct CellArgs {
+    /// Where the experiment lives. Run again with the same --out to resume: cells already
+    /// measured are read back, not re-run (default: <state dir>/reports/<command>-<unix time>).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Measure every cell this many times (the report shows the spread).
+    #[arg(long, default_value_t = 1)]
+    pub repeat: u32,
+    /// Measure cells again even where --out already holds them.
+    #[arg(long)]
+    pub rerun: bool,
+    /// The short version (fewer cells, shorter phases): ~20 minutes on a 2-core machine.
+    #[arg(long)]
+    pub quick: bool,
+    /// Closed-loop warm-up of every cell's fresh lab (fills the caches the same way each time).
+    #[arg(long, default_value_t = 30)]
+    pub warmup_seconds: u64,
+    /// Seconds of each calibration probe.
+    #[arg(long, default_value_t = 15)]
+    pub probe_seconds: u64,
+    /// Clients of the closed loops (the default lab's 32 PostgreSQL connections).
+    #[arg(long, default_value_t = 32)]
+    pub probe_concurrency: usize,
+    /// Seconds measured after ANALYZE: a cell that has not recovered by then stayed failed.
+    #[arg(long)]
+    pub recovery_seconds: Option<u64>,
+    /// Recovered = goodput at least this share of the offered load for 5 seconds in a row.
+    #[arg(long, default_value_t = 0.95)]
+    pub recovery_margin: f64,
+    /// Orchestrator memory limit (`700M`, `none`; default: the calibration's, by the
+    /// postmortem's ratio).
+    #[arg(long)]
+    pub memory_limit: Option<String>,
+    /// Seed of the document stream (every cell sends the same documents).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Reuse a calibration instead of measuring one: a `calibration.json`, or a replay's,
+    /// an ablation's or a map's `summary.json`.
+    #[arg(long)]
+    pub calibration: Option<PathBuf>,
+    #[command(flatten)]
+    pub lab: UpArgs,
+}
+
+impl CellArgs {
+    /// The replay's options with these values (the calibration and warm-up are the replay's).
+    pub fn as_replay(&self) -> ReplayArgs {
+        ReplayArgs {
+            mode: Modes::Both,
+            rate: None,
+            stale_utilisation: 0.9,
+            time_scale: 1.0,
+            scenario: "incident".into(),
+            warmup_seconds: self.warmup_seconds,
+            probe_seconds: self.probe_seconds,
+            probe_concurrency: self.probe_concurrency,
+            memory_limit: self.memory_limit.clone(),
+            out: None,
+            seed: self.seed,
+            lab: self.lab.clone(),
+        }
+    }
+
+    pub fn out_dir(&self, g: &Globals, command: &str) -> PathBuf {
+        self.out.clone().unwrap_or_else(|| {
+            g.state_dir
+                .join("reports")
+                .join(format!("{command}-{}", super::now_s()))
+        })
+    }
+
+    pub fn validate(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(self.repeat >= 1, "--repeat must be at least 1");
+        anyhow::ensure!(
+            self.recovery_margin > 0.0 && self.recovery_margin <= 1.0,
+            "--recovery-margin must be in (0, 1]"
+        );
+        anyhow::ensure!(
+            self.warmup_seconds >= 5,
+            "--warmup-seconds must be at least 5"
+        );
+        Ok(())
+    }
+}
+
+/// The calibration: read back from `out/calibration.json` (resume) or `--calibration`, else
+/// measured (and saved) the replay's way.
+pub async fn calibration(
+    args: &CellArgs,
+    g: &Globals,
+    keys: &[ApiKeyRecord],
+    out: &Path,
+) -> anyhow::Result<Calibration> {
+    let saved = out.join("calibration.json");
+    let from = args
+        .calibration
+        .clone()
+        .or_else(|| saved.exists().then(|| saved.clone()));
+    if let Some(path) = from {
+        let text = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+        let v: serde_json::Value = serde_json::from_slice(&text)
+            .with_context(|| format!("{} is not JSON", path.display()))?;
+        let c = v.get("calibration").cloned().unwrap_or(v);
+        let cal: Calibration = serde_json::from_value(c).with_context(|| {
+            format!(
+                "{} holds no calibration (a calibration.json, or a replay's/ablation's/map's \
+                 summary.json; a replay run with --rate has none)",
+                path.display()
+            )
+        })?;
+        println!(
+            "calibration from {}: healthy {:.0} rps, stale {:.0} rps",
+            path.display(),
+            cal.healthy_capacity_rps,
+            cal.stale_capacity_rps
+        );
+        std::fs::write(&saved, serde_json::to_vec_pretty(&cal)?)?;
+        return Ok(cal);
+    }
+    let cal = replay::calibrate(&args.as_replay(), g, keys, out).await?;
+    std::fs::write(&saved, serde_json::to_vec_pretty(&cal)?)?;
+    Ok(cal)
+}
+
+/// What one cell runs.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct CellSpec {
+    /// File-safe and stable (`legacy`, `base+retry_budget`, `all-jitter`).
+    pub id: String,
+    /// What a reader sees.
+    pub label: String,
+    pub mode: Mode,
+    /// Flags for the whole cell (on top of the mode), `flag → variant`.
+    pub flags: Vec<(String, String)>,
+    /// Offered load, requests/s (open loop).
+    pub rate: f64,
+    /// Seconds before the trigger.
+    pub steady_seconds: u64,
+    /// How long the plan stays stale before ANALYZE (the trigger's size).
+    pub stale_seconds: u64,
+    /// The postmortem's rollback (`rollout restart orchestrator`, cold caches) this many seconds
+    /// into the stale plan.
+    pub rollback_after: Option<u64>,
+    /// Seconds measured after ANALYZE.
+    pub recovery_seconds: u64,
+    pub recovery_margin: f64,
+    /// A policy file every orchestrator of the cell's lab loads (`labctl up --policy`).
+    #[serde(default)]
+    pub policy: Option<PathBuf>,
+}
+
+impl CellSpec {
+    /// The cell's timeline as a scenario for the engine.
+    pub fn scenario(&self) -> Scenario {
+        let phase = |name: &str, seconds: u64, run: &[&str]| Phase {
+            name: name.into(),
+            seconds: seconds.max(1),
+            rate: None,
+            flags: BTreeMap::new(),
+            run: run.iter().map(|s| s.to_string()).collect(),
+            postmortem: None,
+            verdict: BTreeMap::new(),
+        };
+        let mut phases = vec![phase("steady", self.steady_seconds, &[])];
+        match self.rollback_after {
+            Some(r) if r < self.stale_seconds => {
+                phases.push(phase("stale", r, &["backfill --only invalidate"]));
+                phases.push(phase(
+                    "rollback",
+                    self.stale_seconds - r,
+                    &["rollout restart orchestrator"],
+                ));
+            }
+            _ => phases.push(phase(
+                "stale",
+                self.stale_seconds,
+                &["backfill --only invalidate"],
+            )),
+        }
+        phases.push(phase(
+            "analyzed",
+            self.recovery_seconds,
+            &["remediate analyze"],
+        ));
+        Scenario {
+            name: format!("cell {}", self.id),
+            summary: self.label.clone(),
+            description: "One experiment cell: the stale plan held, then ANALYZE.".into(),
+            rate: self.rate,
+            tenants: "size".into(),
+            settle_seconds: 5,
+            phases,
+            cleanup: vec![],
+            expect: BTreeMap::new(),
+        }
+    }
+}
+
+/// What one repetition of a cell measured.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CellResult {
+    pub spec: CellSpec,
+    pub repeat: u32,
+    /// Aggregates over the trigger window (from the plan flip to ANALYZE) unless named
+    /// otherwise; see [`aggregate`].
+    pub metrics: BTreeMap<String, f64>,
+    /// Seconds from the end of ANALYZE until goodput held within the margin for 5 s; `None`:
+    /// it had not within the recovery window (stayed failed).
+    pub recovery_seconds: Option<f64>,
+    /// Each phase's summary, as a game day reports it.
+    pub phases: Vec<(String, BTreeMap<String, f64>)>,
+    /// The run's own counts added up.
+    pub consistent: bool,
+    /// Wall time of the cell, lab start to lab down.
+    pub seconds: f64,
+    pub dir: PathBuf,
+}
+
+impl CellResult {
+    /// Recompute the aggregates from the stored phase summaries, so a cell measured by an
+    /// earlier labctl gains the figures added since (the per-second ones are kept as stored).
+    fn refresh(&mut self) {
+        let sc = self.spec.scenario();
+        if sc.phases.len() != self.phases.len() {
+            return;
+        }
+        let mut start = 0.0;
+        let reports: Vec<engine::PhaseReport> = sc
+            .phases
+            .iter()
+            .zip(&self.phases)
+            .map(|(p, (name, summary))| {
+                let r = engine::PhaseReport {
+                    name: name.clone(),
+                    seconds: p.seconds,
+                    start,
+                    summary: summary.clone(),
+                    errors_5xx_by_origin: Default::default(),
+                };
+                start += p.seconds as f64;
+                r
+            })
+            .collect();
+        let mut m = aggregate(&reports);
+        if let Some(v) = self.metrics.get("amplified_seconds_longest") {
+            m.insert("amplified_seconds_longest".into(), *v);
+        }
+        self.metrics = m;
+    }
+}
+
+/// `cells/<id>/rep-<n>`.
+pub fn rep_dir(out: &Path, id: &str, rep: u32) -> PathBuf {
+    out.join("cells").join(id).join(format!("rep-{rep}"))
+}
+
+/// Run (or read back) every repetition of every cell, in order.
+pub async fn run_all(
+    specs: &[CellSpec],
+    args: &CellArgs,
+    cal: &Calibration,
+    g: &Globals,
+    keys: &[ApiKeyRecord],
+    out: &Path,
+) -> anyhow::Result<Vec<CellResult>> {
+    let total = specs.len() * args.repeat as usize;
+    let mut results = Vec::new();
+    let started = Instant::now();
+    let mut measured = 0usize;
+    for (i, spec) in specs.iter().enumerate() {
+        for rep in 1..=args.repeat {
+            let n = i * args.repeat as usize + rep as usize;
+            let dir = rep_dir(out, &spec.id, rep);
+            let file = dir.join("cell.json");
+            if !args.rerun && file.exists() {
+                let mut r: CellResult = serde_json::from_slice(&std::fs::read(&file)?)
+                    .with_context(|| format!("reading {}", file.display()))?;
+                if r.spec == *spec {
+                    r.refresh();
+                    println!("[{n}/{total}] {} rep {rep}: already measured", spec.label);
+                    results.push(r);
+                    continue;
+                }
+                println!(
+                    "[{n}/{total}] {} rep {rep}: measured with other settings; measuring again",
+                    spec.label
+                );
+            }
+            let eta = (measured > 0).then(|| {
+                let per = started.elapsed().as_secs_f64() / measured as f64;
+                let left = total - n + 1;
+                format!(" (~{:.0} min left)", per * left as f64 / 60.0)
+            });
+            println!(
+                "\n[{n}/{total}] {} rep {rep}: {} mode{}, {:.0} rps, stale {} s{}{}",
+                spec.label,
+                spec.mode.variant(),
+                if spec.flags.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        " + {}",
+                        spec.flags
+                            .iter()
+                            .map(|(f, v)| format!("{f}={v}"))
+                            .collect::<Vec<_>>()
+                            .join(" ")
+                    )
+                },
+                spec.rate,
+                spec.stale_seconds,
+                spec.rollback_after
+                    .map(|r| format!(", rollback at +{r} s"))
+                    .unwrap_or_default(),
+                eta.unwrap_or_default()
+            );
+            let r = run_one(spec, rep, args, cal, g, keys, &dir).await?;
+            measured += 1;
+            println!(
+                "  → 5xx {:.1}%, goodput {:.1}% of offered while stale, recovery {}",
+                r.metrics.get("error_5xx_pct").copied().unwrap_or(f64::NAN),
+                r.metrics.get("goodput_pct").copied().unwrap_or(f64::NAN),
+                r.recovery_seconds
+                    .map_or("none (stayed failed)".into(), |s| format!("{s:.0} s"))
+            );
+            std::fs::write(&file, serde_json::to_vec_pretty(&r)?)?;
+            results.push(r);
+        }
+    }
+    Ok(results)
+}
+
+async fn run_one(
+    spec: &CellSpec,
+    rep: u32,
+    args: &CellArgs,
+    cal: &Calibration,
+    g: &Globals,
+    keys: &[ApiKeyRecord],
+    dir: &Path,
+) -> anyhow::Result<CellResult> {
+    let started = Instant::now();
+    std::fs::create_dir_all(dir)?;
+    let mut ra = args.as_replay();
+    ra.lab.policy = spec.policy.clone();
+    let log = dir.join("actions.log");
+    // The same starting point for every cell: statistics freshly analyzed (a cell cut short
+    // may have left the plan stale), then a fresh lab, its memory limit, the cell's flags, and
+    // the same closed-loop warm-up.
+    replay::labctl(g, "remediate analyze", &log).await?;
+    replay::fresh_lab(&ra, g).await?;
+    if let Some(b) = cal.memory_limit_bytes {
+        replay::labctl(g, &format!("limits memory orchestrator {b}"), &log).await?;
+    }
+    let store = lab_flags::Store::new(&g.redis_url)?;
+    store.reset().await?;
+    store.set("client.mode", spec.mode.variant()).await?;
+    for (f, v) in &spec.flags {
+        store.set(f, v).await?;
+    }
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    replay::closed_loop(
+        &ra,
+        g,
+        keys,
+        args.warmup_seconds,
+        1,
+        args.seed.wrapping_add(3000),
+    )
+    .await?;
+    let sc = spec.scenario();
+    let run = engine::Run {
+        scenario: &sc,
+        mode: spec.mode,
+        rate: spec.rate,
+        tenants: TenantMix::Size,
+        extra_flags: &spec.flags,
+        gateway: format!("http://127.0.0.1:{}", args.lab.gateway_port),
+        targets: TargetSource::Native(g.state_dir.clone()),
+        seed: args.seed,
+        out: dir.to_path_buf(),
+        time_scale: 1.0,
+    };
+    let outcome = engine::execute(&run, g, keys.to_vec()).await;
+    lab::down(&g.state_dir).await?;
+    let outcome = outcome?;
+    let analyze_end = outcome
+        .actions
+        .iter()
+        .find(|a| a.command.starts_with("remediate analyze"))
+        .filter(|a| a.ok)
+        .map(|a| a.started_at + a.seconds)
+        .context("the cell's ANALYZE did not run: see actions.log")?;
+    let run_end: f64 = outcome.phases.iter().map(|p| p.seconds as f64).sum();
+    let recovery = recovery_seconds(
+        &outcome.load.per_second,
+        analyze_end,
+        run_end,
+        spec.recovery_margin,
+    );
+    let phase_list: Vec<(String, f64, f64)> = outcome
+        .phases
+        .iter()
+        .map(|p| (p.name.clone(), p.start, p.seconds as f64))
+        .collect();
+    let series = RunSeries::read(
+        &dir.join("series.jsonl"),
+        outcome.load.per_second.clone(),
+        phase_list,
+    )?;
+    let phases: Vec<(String, BTreeMap<String, f64>)> = outcome
+        .phases
+        .iter()
+        .map(|p| (p.name.clone(), p.summary.clone()))
+        .collect();
+    let mut metrics = aggregate(&outcome.phases);
+    if let Some(s) = longest_amplified_run(&series, &outcome.phases, 1.2) {
+        metrics.insert("amplified_seconds_longest".into(), s);
+    }
+    let result = CellResult {
+        spec: spec.clone(),
+        repeat: rep,
+        metrics,
+        recovery_seconds: recovery,
+        phases,
+        consistent: outcome.consistency.iter().all(|c| c.ok),
+        seconds: started.elapsed().as_secs_f64(),
+        dir: dir.to_path_buf(),
+    };
+    std::fs::write(
+        dir.join("load.json"),
+        serde_json::to_vec(&outcome.load.per_second)?,
+    )?;
+    Ok(result)
+}
+
+/// The first second after `analyze_end` that starts 5 seconds in a row with goodput at least
+/// `margin` of what was sent, as seconds after `analyze_end`; `None` when there is none before
+/// `run_end` (the cell stayed failed through its recovery window). A second a cell never left
+/// healthy counts as recovered at once (0).
+pub fn recovery_seconds(
+    load: &[SecondSample],
+    analyze_end: f64,
+    run_end: f64,
+    margin: f64,
+) -> Option<f64> {
+    const HOLD: u64 = 5;
+    let good = |s: u64| {
+        load.iter()
+            .find(|x| x.second == s)
+            .is_some_and(|x| x.sent > 0 && x.good as f64 >= margin * x.sent as f64)
+    };
+    let first = analyze_end.floor() as u64;
+    let last = run_end.floor() as u64;
+    (first..last.saturating_sub(HOLD - 1))
+        .find(|s| (*s..*s + HOLD).all(good))
+        .map(|s| (s as f64 - analyze_end).max(0.0))
+}
+
+/// Which phases hold the stale plan: from the one that flips it to the one that analyzes.
+fn trigger_window(phases: &[engine::PhaseReport]) -> std::ops::Range<usize> {
+    let from = phases.iter().position(|p| p.name == "stale").unwrap_or(0);
+    let to = phases
+        .iter()
+        .position(|p| p.name == "analyzed")
+        .unwrap_or(phases.len());
+    from..to
+}
+
+/// The trigger window's figures: time-weighted means of rates and shares, maxima of peaks,
+/// and two whole-run totals (`entity_calls_total`, `oom_kills`), plus the analyzed phase's
+/// error rate and goodput share (`after_*`).
+pub fn aggregate(phases: &[engine::PhaseReport]) -> BTreeMap<String, f64> {
+    let w = trigger_window(phases);
+    let win = &phases[w.clone()];
+    let mut m = BTreeMap::new();
+    let secs: f64 = win.iter().map(|p| p.seconds as f64).sum();
+    let sum = |key: &str| -> Option<f64> {
+        let mut acc = 0.0;
+        let mut any = false;
+        for p in win {
+            if let Some(v) = p.summary.get(key) {
+                acc += v * p.seconds as f64;
+                any = true;
+            }
+        }
+        any.then_some(acc)
+    };
+    let max = |key: &str| -> Option<f64> {
+        win.iter()
+            .filter_map(|p| p.summary.get(key).copied())
+            .reduce(f64::max)
+    };
+    for key in [
+        "error_5xx_pct",
+        "amplification",
+        "abandoned_pct",
+        "entity_inbound_rps",
+        "goodput_rps",
+        "offered_rps",
+    ] {
+        if let Some(v) = sum(key) {
+            m.insert(key.to_string(), v / secs.max(1.0));
+        }
+    }
+    if let (Some(good), Some(offered)) = (sum("goodput_rps"), sum("offered_rps")) {
+        if offered > 0.0 {
+            m.insert("goodput_pct".into(), 100.0 * good / offered);
+        }
+    }
+    for key in [
+        "amplification",
+        "gateway_attempts_per_first",
+        "orchestrator_attempts_per_first",
+        "gateway_p99_ms",
+        "entity_p99_ms",
+        "orchestrator_tasks_max",
+        "orchestrator_rss_mb_max",
+        "db_connections_max",
+    ] {
+        if let Some(v) = max(key) {
+            m.insert(format!("{key}_peak"), v);
+        }
+    }
+    let calls: f64 = phases
+        .iter()
+        .filter_map(|p| {
+            p.summary
+                .get("entity_inbound_rps")
+                .map(|v| v * p.seconds as f64)
+        })
+        .sum();
+    m.insert("entity_calls_total".into(), calls);
+    let ooms: f64 = phases
+        .iter()
+        .filter_map(|p| p.summary.get("oom_kills").copied())
+        .sum();
+    m.insert("oom_kills".into(), ooms);
+    if let Some(v) = phases.first().and_then(|p| p.summary.get("goodput_pct")) {
+        m.insert("steady_goodput_pct".into(), *v);
+    }
+    if let Some(after) = phases.iter().find(|p| p.name == "analyzed") {
+        for key in ["error_5xx_pct", "goodput_pct"] {
+            if let Some(v) = after.summary.get(key) {
+                m.insert(format!("after_{key}"), *v);
+            }
+        }
+    }
+    m
+}
+
+/// The longest run of consecutive seconds in the trigger window with per-second amplification
+/// (entity-service inbound / gateway ingress, 1-s increments) above `factor` × the steady
+/// phase's — how long a retry storm lasted before something collapsed it.
+fn longest_amplified_run(
+    series: &RunSeries,
+    phases: &[engine::PhaseReport],
+    factor: f64,
+) -> Option<f64> {
+    let steady = phases.first()?.summary.get("amplification").copied()?;
+    let w = trigger_window(phases);
+    let (from, to) = (
+        phases.get(w.start)?.start,
+        phases.get(w.end - 1).map(|p| p.start + p.seconds as f64)?,
+    );
+    let inbound = Q::Rate {
+        service: "entity-service",
+        metric: "entity_service_requests_total",
+        filter: Filter::All,
+    };
+    let ingress = Q::Rate {
+        service: "edge-gateway",
+        metric: "gateway_requests_total",
+        filter: Filter::All,
+    };
+    let (mut longest, mut run) = (0u32, 0u32);
+    for i in 1..series.ticks.len() {
+        let t = series.ticks[i].t;
+        if t < from || t >= to {
+            continue;
+        }
+        let a = series.eval_window(&inbound, i, 1);
+        let b = series.eval_window(&ingress, i, 1);
+        let amplified = matches!((a, b), (Some(a), Some(b)) if b > 0.0 && a / b > factor * steady);
+        run = if amplified { run + 1 } else { 0 };
+        longest = longest.max(run);
+    }
+    Some(f64::from(longest))
+}
+
+/// What a cell costs, as a sentence: the mean wall time of the repetitions measured.
+pub fn cost_line(results: &[CellResult]) -> String {
+    if results.is_empty() {
+        return String::new();
+    }
+    let mean = results.iter().map(|r| r.seconds).sum::<f64>() / results.len() as f64;
+    format!(
+        "A cell costs {mean:.0} s on this machine (mean of {}: fresh lab, warm-up, timeline, lab \
+         down); the backfill is never re-run.",
+        results.len()
+    )
+}
+
+/// Mean, min and max of `key` over a cell's repetitions.
+pub fn spread(results: &[&CellResult], key: &str) -> Option<(f64, f64, f64)> {
+    let v: Vec<f64> = results
+        .iter()
+        .filter_map(|r| r.metrics.get(key).copied())
+        .filter(|v| v.is_finite())
+        .collect();
+    if v.is_empty() {
+        return None;
+    }
+    let mean = v.iter().sum::<f64>() / v.len() as f64;
+    let min = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    Some((mean, min, max))
+}
+
+/// `12.3` or `12.3 (10.1–14.0)` when repeated.
+pub fn fmt_spread(s: Option<(f64, f64, f64)>, n: usize, digits: usize) -> String {
+    match s {
+        None => "—".into(),
+        Some((m, _, _)) if n <= 1 => format!("{m:.digits$}"),
+        Some((m, lo, hi)) => format!("{m:.digits$} ({lo:.digits$}–{hi:.digits$})"),
+    }
+}
+
+/// Recovery over repetitions: every one recovered → the mean time; any stayed failed → so.
+pub fn recovery_summary(results: &[&CellResult]) -> (Option<f64>, usize) {
+    let failed = results
+        .iter()
+        .filter(|r| r.recovery_seconds.is_none())
+        .count();
+    let ok: Vec<f64> = results.iter().filter_map(|r| r.recovery_seconds).collect();
+    let mean = (!ok.is_empty()).then(|| ok.iter().sum::<f64>() / ok.len() as f64);
+    (if failed > 0 { None } else { mean }, failed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(second: u64, sent: u64, good: u64) -> SecondSample {
+        SecondSample {
+            second,
+            sent,
+            ok: good,
+            good,
+            errors: sent - good,
+            p50_ms: 0.0,
+            p99_ms: 0.0,
+        }
+    }
+
+    #[test]
+    fn recovery_is_the_first_of_five_good_seconds_after_analyze() {
+        // Failing until second 14, good from 15 on; ANALYZE ended at 10.4.
+        let load: Vec<_> = (0..40)
+            .map(|s| {
+                if (5..15).contains(&s) {
+                    sample(s, 100, 10)
+                } else {
+                    sample(s, 100, 99)
+                }
+            })
+            .collect();
+        let r = recovery_seconds(&load, 10.4, 40.0, 0.95).unwrap();
+        assert!((r - 4.6).abs() < 1e-9, "{r}");
+        // A blip inside the five seconds restarts the count.
+        let mut blip = load.clone();
+        blip[17] = sample(17, 100, 50);
+        let r = recovery_seconds(&blip, 10.4, 40.0, 0.95).unwrap();
+        assert!((r - 7.6).abs() < 1e-9, "{r}");
+    }
+
+    #[test]
+    fn a_cell_still_failing_at_the_end_of_its_window_stayed_failed() {
+        let load: Vec<_> = (0..40)
+            .map(|s| {
+                if !(5..=37).contains(&s) {
+                    sample(s, 100, 100)
+                } else {
+                    sample(s, 100, 20)
+                }
+            })
+            .collect();
+        // Good again only from 38: fewer than five seconds before the end.
+        assert_eq!(recovery_seconds(&load, 10.0, 40.0, 0.95), None);
+        // Never failed: recovered at once.
+        let fine: Vec<_> = (0..40).map(|s| sample(s, 100, 100)).collect();
+        assert_eq!(recovery_seconds(&fine, 10.0, 40.0, 0.95), Some(0.0));
+    }
+
+    fn phase(name: &str, seconds: u64, kv: &[(&str, f64)]) -> engine::PhaseReport {
+        engine::PhaseReport {
+            name: name.into(),
+            seconds,
+            start: 0.0,
+            summary: kv.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+            errors_5xx_by_origin: Default::default(),
+        }
+    }
+
+    #[test]
+    fn aggregates_weigh_phases_by_their_length_and_keep_the_steady_phase_out() {
+        let phases = vec![
+            phase(
+                "steady",
+                10,
+                &[
+                    ("error_5xx_pct", 0.0),
+                    ("goodput_rps", 100.0),
+                    ("offered_rps", 100.0),
+                    ("entity_inbound_rps", 100.0),
+                ],
+            ),
+            phase(
+                "stale",
+                10,
+                &[
+                    ("error_5xx_pct", 10.0),
+                    ("goodput_rps", 90.0),
+                    ("offered_rps", 100.0),
+                    ("entity_inbound_rps", 150.0),
+                    ("orchestrator_tasks_max", 50.0),
+                ],
+            ),
+            phase(
+                "rollback",
+                30,
+                &[
+                    ("error_5xx_pct", 50.0),
+                    ("goodput_rps", 50.0),
+                    ("offered_rps", 100.0),
+                    ("entity_inbound_rps", 300.0),
+                    ("orchestrator_tasks_max", 900.0),
+                    ("oom_kills", 2.0),
+                ],
+            ),
+            phase(
+                "analyzed",
+                20,
+                &[
+                    ("error_5xx_pct", 1.0),
+                    ("goodput_rps", 99.0),
+                    ("offered_rps", 100.0),
+                    ("goodput_pct", 99.0),
+                    ("entity_inbound_rps", 100.0),
+                ],
+            ),
+        ];
+        let m = aggregate(&phases);
+        assert!((m["error_5xx_pct"] - 40.0).abs() < 1e-9, "{m:?}");
+        assert!((m["goodput_pct"] - 60.0).abs() < 1e-9, "{m:?}");
+        assert_eq!(m["orchestrator_tasks_max_peak"], 900.0);
+        assert_eq!(m["entity_calls_total"], 1000.0 + 1500.0 + 9000.0 + 2000.0);
+        assert_eq!(m["oom_kills"], 2.0);
+        assert_eq!(m["after_goodput_pct"], 99.0);
+    }
+
+    #[test]
+    fn a_cell_read_back_recomputes_its_aggregates_from_its_phases() {
+        let spec = CellSpec {
+            id: "x".into(),
+            label: "x".into(),
+            mode: Mode::Legacy,
+            flags: vec![],
+            rate: 100.0,
+            steady_seconds: 10,
+            stale_seconds: 30,
+            rollback_after: None,
+            recovery_seconds: 20,
+            recovery_margin: 0.95,
+            policy: None,
+        };
+        let kv = |pairs: &[(&str, f64)]| -> BTreeMap<String, f64> {
+            pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+        };
+        let mut r = CellResult {
+            spec,
+            repeat: 1,
+            // As an older labctl stored it: no gateway figure, one per-second figure.
+            metrics: kv(&[("amplified_seconds_longest", 4.0)]),
+            recovery_seconds: Some(1.0),
+            phases: vec![
+                ("steady".into(), kv(&[("gateway_attempts_per_first", 1.0)])),
+                (
+                    "stale".into(),
+                    kv(&[("gateway_attempts_per_first", 2.5), ("error_5xx_pct", 30.0)]),
+                ),
+                (
+                    "analyzed".into(),
+                    kv(&[("gateway_attempts_per_first", 1.1)]),
+                ),
+            ],
+            consistent: true,
+            seconds: 100.0,
+            dir: PathBuf::new(),
+        };
+        r.refresh();
+        assert_eq!(r.metrics["gateway_attempts_per_first_peak"], 2.5);
+        assert_eq!(r.metrics["error_5xx_pct"], 30.0);
+        assert_eq!(r.metrics["amplified_seconds_longest"], 4.0);
+    }
+
+    #[test]
+    fn a_cell_with_a_rollback_splits_the_stale_plan_in_two_phases() {
+        let spec = CellSpec {
+            id: "legacy".into(),
+            label: "legacy".into(),
+            mode: Mode::Legacy,
+            flags: vec![],
+            rate: 100.0,
+            steady_seconds: 10,
+            stale_seconds: 40,
+            rollback_after: Some(10),
+            recovery_seconds: 45,
+            recovery_margin: 0.95,
+            policy: None,
+        };
+        let sc = spec.scenario();
+        let names: Vec<_> = sc
+            .phases
+            .iter()
+            .map(|p| (p.name.as_str(), p.seconds))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("steady", 10),
+                ("stale", 10),
+                ("rollback", 30),
+                ("analyzed", 45)
+            ]
+        );
+        assert_eq!(sc.phases[3].run, ["remediate analyze"]);
+        let plain = CellSpec {
+            rollback_after: None,
+            ..spec
+        };
+        assert_eq!(plain.scenario().phases.len(), 3);
+    }
+}

@@ -1,0 +1,491 @@
+//! `labctl map`: the metastability map (Huang et al., OSDI'22, on this lab's real trigger).
+//! Trigger size — how long the stale plan lasts before ANALYZE — × offered load — shares of
+//! the calibrated healthy capacity — per client mode, every cell a fresh lab. The vulnerable
+//! region of a metastable system is below its healthy capacity (stable until triggered) and
+//! above its degraded one, so the axis spans from under the stale plan's capacity (~0.27 of
+//! healthy here) towards the healthy capacity. A cell is
+//! *recovered* when goodput returns to within the margin of the offered load (5 seconds in a
+//! row) before the recovery window ends, counted from the end of ANALYZE; otherwise it *stayed
+//! failed*: the trigger is gone and the system is not back — a metastable failure.
+//!
+//! Output: a heat map per mode (SVG in `report.html`), the table (`map.md`), `summary.json`.
+
+use std::fmt::Write as _;
+use std::time::Instant;
+
+use serde::Serialize;
+
+use super::cell::{self, CellArgs, CellResult, CellSpec};
+use super::html::{esc, head};
+use super::replay::{Calibration, Modes};
+use super::{Globals, Mode};
+use crate::seed::ApiKeyRecord;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct MapArgs {
+    #[command(flatten)]
+    pub cells: CellArgs,
+    /// Offered loads, as shares of the healthy lab's measured capacity (default
+    /// 0.25,0.5,0.65,0.8; --quick 0.5,0.8).
+    #[arg(long, value_delimiter = ',')]
+    pub loads: Vec<f64>,
+    /// Trigger sizes: seconds the plan stays stale before ANALYZE (default 30,90; --quick
+    /// 20,60).
+    #[arg(long, value_delimiter = ',')]
+    pub trigger_seconds: Vec<u64>,
+    /// Which mode(s) to map.
+    #[arg(long, value_enum, default_value_t = Modes::Both)]
+    pub mode: Modes,
+    /// Add the postmortem's rollback (cold caches) this many seconds into every trigger.
+    #[arg(long)]
+    pub rollback_after: Option<u64>,
+}
+
+#[derive(Serialize)]
+struct MapCell {
+    mode: Mode,
+    load: f64,
+    rate: f64,
+    trigger_seconds: u64,
+    repeats: usize,
+    stayed_failed: usize,
+    recovery_seconds: Option<f64>,
+    goodput_pct_stale: Option<f64>,
+    error_5xx_pct_stale: Option<f64>,
+    after_goodput_pct: Option<f64>,
+    amplification_peak: Option<f64>,
+    /// Goodput share before the trigger: below the recovery margin, the cell was not healthy to
+    /// begin with (the load alone overloads the lab) and says nothing about metastability.
+    steady_goodput_pct: Option<f64>,
+    healthy_before: bool,
+}
+
+#[derive(Serialize)]
+struct Summary<'a> {
+    calibration: &'a Calibration,
+    loads: &'a [f64],
+    trigger_seconds: &'a [u64],
+    recovery_window_seconds: u64,
+    recovery_margin: f64,
+    map: &'a [MapCell],
+    cells: &'a [CellResult],
+    seconds: f64,
+}
+
+fn cell_id(mode: Mode, load: f64, trigger: u64) -> String {
+    format!("{}-load{load:.2}-stale{trigger}s", mode.variant())
+}
+
+pub async fn run(args: &MapArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> anyhow::Result<()> {
+    args.cells.validate()?;
+    let q = args.cells.quick;
+    let loads: Vec<f64> = if args.loads.is_empty() {
+        if q {
+            vec![0.5, 0.8]
+        } else {
+            vec![0.25, 0.5, 0.65, 0.8]
+        }
+    } else {
+        args.loads.clone()
+    };
+    let triggers: Vec<u64> = if args.trigger_seconds.is_empty() {
+        if q {
+            vec![20, 60]
+        } else {
+            vec![30, 90]
+        }
+    } else {
+        args.trigger_seconds.clone()
+    };
+    anyhow::ensure!(
+        loads.iter().all(|l| *l > 0.0 && *l <= 1.5),
+        "--loads: every share of the healthy capacity must be in (0, 1.5]"
+    );
+    anyhow::ensure!(
+        triggers.iter().all(|t| *t >= 5 && *t <= 900),
+        "--trigger-seconds: every trigger must last 5..900 s"
+    );
+    if let Some(r) = args.rollback_after {
+        anyhow::ensure!(
+            triggers.iter().all(|t| r < *t),
+            "--rollback-after {r}: must come before the shortest trigger ends"
+        );
+    }
+    let modes = match args.mode {
+        Modes::Both => vec![Mode::Legacy, Mode::Resilient],
+        Modes::Legacy => vec![Mode::Legacy],
+        Modes::Resilient => vec![Mode::Resilient],
+    };
+    let recovery = args
+        .cells
+        .recovery_seconds
+        .unwrap_or(if q { 45 } else { 60 });
+    let steady = if q { 10 } else { 15 };
+
+    let out = args.cells.out_dir(g, "map");
+    std::fs::create_dir_all(&out)?;
+    let started = Instant::now();
+    let cal = cell::calibration(&args.cells, g, &keys, &out).await?;
+    anyhow::ensure!(
+        cal.healthy_capacity_rps.is_finite()
+            && cal.healthy_capacity_rps > 0.0
+            && cal.stale_capacity_rps.is_finite(),
+        "the calibration has no capacities: measure one (omit --calibration)"
+    );
+    let mut specs = Vec::new();
+    for mode in &modes {
+        for t in &triggers {
+            for l in &loads {
+                specs.push(CellSpec {
+                    id: cell_id(*mode, *l, *t),
+                    label: format!(
+                        "{} at {l:.2} × healthy capacity, stale {t} s",
+                        mode.variant()
+                    ),
+                    mode: *mode,
+                    flags: vec![],
+                    rate: (l * cal.healthy_capacity_rps).max(1.0),
+                    steady_seconds: steady,
+                    stale_seconds: *t,
+                    rollback_after: args.rollback_after,
+                    recovery_seconds: recovery,
+                    recovery_margin: args.cells.recovery_margin,
+                    policy: args.cells.lab.policy.clone(),
+                });
+            }
+        }
+    }
+    println!(
+        "metastability map: {} loads × {} trigger sizes × {} mode(s) = {} cells × {}; out {}",
+        loads.len(),
+        triggers.len(),
+        modes.len(),
+        specs.len(),
+        args.cells.repeat,
+        out.display()
+    );
+    let results = cell::run_all(&specs, &args.cells, &cal, g, &keys, &out).await?;
+    let map: Vec<MapCell> = specs
+        .iter()
+        .map(|s| {
+            let reps: Vec<&CellResult> = results.iter().filter(|r| r.spec.id == s.id).collect();
+            let (recovery_seconds, stayed_failed) = cell::recovery_summary(&reps);
+            let mean = |k: &str| cell::spread(&reps, k).map(|x| x.0);
+            MapCell {
+                mode: s.mode,
+                load: s.rate / cal.healthy_capacity_rps,
+                rate: s.rate,
+                trigger_seconds: s.stale_seconds,
+                repeats: reps.len(),
+                stayed_failed,
+                recovery_seconds,
+                goodput_pct_stale: mean("goodput_pct"),
+                error_5xx_pct_stale: mean("error_5xx_pct"),
+                after_goodput_pct: mean("after_goodput_pct"),
+                amplification_peak: mean("amplification_peak"),
+                steady_goodput_pct: mean("steady_goodput_pct"),
+                healthy_before: mean("steady_goodput_pct")
+                    .is_none_or(|g| g >= 100.0 * args.cells.recovery_margin),
+            }
+        })
+        .collect();
+    let seconds = started.elapsed().as_secs_f64();
+    let mut md = markdown(
+        &cal, &loads, &triggers, &modes, &map, args, recovery, seconds,
+    );
+    md.push('\n');
+    md.push_str(&cell::cost_line(&results));
+    md.push('\n');
+    std::fs::write(out.join("map.md"), &md)?;
+    std::fs::write(
+        out.join("summary.json"),
+        serde_json::to_vec_pretty(&Summary {
+            calibration: &cal,
+            loads: &loads,
+            trigger_seconds: &triggers,
+            recovery_window_seconds: recovery,
+            recovery_margin: args.cells.recovery_margin,
+            map: &map,
+            cells: &results,
+            seconds,
+        })?,
+    )?;
+    let mut h = String::new();
+    head(&mut h, "Metastability map — the stale plan × offered load");
+    let _ = write!(
+        h,
+        "<p class='why'>Each square: a fresh lab at that load (share of the healthy capacity, {:.0} rps; the stale plan's is {:.0} rps), the plan stale for that long, then ANALYZE. Green: recovered within {recovery} s (the number: seconds after ANALYZE), fading to amber as it takes longer; red: stayed failed; brown: not healthy even before the trigger. Small print: goodput while stale.</p><div class='grid' style='grid-template-columns:1fr 1fr'>",
+        cal.healthy_capacity_rps, cal.stale_capacity_rps
+    );
+    for m in &modes {
+        let _ = write!(
+            h,
+            "<div><h2>{} mode</h2>{}</div>",
+            m.variant(),
+            heat_svg(
+                &map,
+                *m,
+                &loads,
+                &triggers,
+                recovery,
+                cal.healthy_capacity_rps / cal.stale_capacity_rps
+            )
+        );
+    }
+    h.push_str(
+        "</div><h2>The report as Markdown</h2><pre style='white-space:pre-wrap;font-size:11px'>",
+    );
+    h.push_str(&esc(&md));
+    h.push_str("</pre></body></html>\n");
+    std::fs::write(out.join("report.html"), h)?;
+    println!("\n{md}");
+    println!(
+        "map done in {:.1} min: {} ({})",
+        seconds / 60.0,
+        out.join("map.md").display(),
+        out.join("report.html").display()
+    );
+    Ok(())
+}
+
+fn find(map: &[MapCell], mode: Mode, load: f64, trigger: u64) -> Option<&MapCell> {
+    map.iter()
+        .find(|c| c.mode == mode && c.trigger_seconds == trigger && (c.load - load).abs() < 1e-6)
+}
+
+fn verdict(c: &MapCell) -> String {
+    if !c.healthy_before {
+        format!(
+            "**not healthy before the trigger** (goodput {}% in steady state)",
+            c.steady_goodput_pct
+                .map_or("—".into(), |v| format!("{v:.0}"))
+        )
+    } else if c.stayed_failed > 0 {
+        format!("**stayed failed** ({}/{})", c.stayed_failed, c.repeats)
+    } else {
+        c.recovery_seconds
+            .map_or("—".into(), |s| format!("recovered in {s:.0} s"))
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn markdown(
+    cal: &Calibration,
+    loads: &[f64],
+    triggers: &[u64],
+    modes: &[Mode],
+    map: &[MapCell],
+    args: &MapArgs,
+    recovery: u64,
+    seconds: f64,
+) -> String {
+    let mut md = String::from("# Metastability map — the stale plan × offered load\n\n");
+    let _ = writeln!(
+        md,
+        "Rows: how long the plan stayed stale before ANALYZE (the trigger's size). Columns: the offered load as a share of the healthy lab's measured capacity ({:.0} rps; the stale plan's is {:.0} rps, {:.2} of it). A cell not serving its load before the trigger is marked so: it says nothing about metastability. A cell recovered when goodput held ≥ {:.0}% of the offered load for 5 s in a row within {recovery} s after ANALYZE; otherwise it stayed failed — its trigger gone, the system not back. Every cell a fresh lab, a {} s closed-loop warm-up, {} repetition(s){}; the map took {:.0} min.\n",
+        cal.healthy_capacity_rps,
+        cal.stale_capacity_rps,
+        cal.stale_capacity_rps / cal.healthy_capacity_rps,
+        100.0 * args.cells.recovery_margin,
+        args.cells.warmup_seconds,
+        args.cells.repeat,
+        args.rollback_after
+            .map(|r| format!(", the rollback {r} s into every trigger"))
+            .unwrap_or_default(),
+        seconds / 60.0
+    );
+    for m in modes {
+        let _ = writeln!(md, "## {} mode\n", m.variant());
+        md.push_str("| stale for \\ load |");
+        for l in loads {
+            let _ = write!(
+                md,
+                " {l:.2}× healthy ({:.0} rps) |",
+                l * cal.healthy_capacity_rps
+            );
+        }
+        md.push_str("\n|---|");
+        md.push_str(&"---|".repeat(loads.len()));
+        md.push('\n');
+        for t in triggers {
+            let _ = write!(md, "| {t} s |");
+            for l in loads {
+                let text = find(map, *m, *l, *t).map_or("—".into(), |c| {
+                    format!(
+                        "{}<br>goodput while stale {}%, after {}%",
+                        verdict(c),
+                        c.goodput_pct_stale
+                            .map_or("—".into(), |v| format!("{v:.0}")),
+                        c.after_goodput_pct
+                            .map_or("—".into(), |v| format!("{v:.0}"))
+                    )
+                });
+                let _ = write!(md, " {text} |");
+            }
+            md.push('\n');
+        }
+        let failed = map
+            .iter()
+            .filter(|c| c.mode == *m && c.healthy_before && c.stayed_failed > 0)
+            .count();
+        let n = map.iter().filter(|c| c.mode == *m).count();
+        let _ = writeln!(
+            md,
+            "\n{failed} of {n} cells stayed failed after their trigger ended.\n"
+        );
+    }
+    md
+}
+
+/// One mode's map: rows = trigger sizes (longest on top), columns = loads.
+fn heat_svg(
+    map: &[MapCell],
+    mode: Mode,
+    loads: &[f64],
+    triggers: &[u64],
+    recovery: u64,
+    healthy_over_stale: f64,
+) -> String {
+    let (cw, ch, left, top) = (120.0, 70.0, 80.0, 20.0);
+    let w = left + cw * loads.len() as f64 + 10.0;
+    let h = top + ch * triggers.len() as f64 + 50.0;
+    let mut s = format!(
+        "<svg xmlns='http://www.w3.org/2000/svg' width='{w}' height='{h}' font-family='sans-serif' font-size='12'><rect width='100%' height='100%' fill='white'/>"
+    );
+    let mut rows: Vec<u64> = triggers.to_vec();
+    rows.sort_unstable_by(|a, b| b.cmp(a));
+    for (ri, t) in rows.iter().enumerate() {
+        let y = top + ch * ri as f64;
+        let _ = write!(
+            s,
+            "<text x='{}' y='{}' text-anchor='end'>stale {t} s</text>",
+            left - 6.0,
+            y + ch / 2.0 + 4.0
+        );
+        for (ci, l) in loads.iter().enumerate() {
+            let x = left + cw * ci as f64;
+            let (fill, big, small) = match find(map, mode, *l, *t) {
+                None => ("#eeeeee".to_string(), "—".to_string(), String::new()),
+                Some(c) if !c.healthy_before => (
+                    "#6d4c41".into(),
+                    "unhealthy before".into(),
+                    format!(
+                        "good {}% in steady state",
+                        c.steady_goodput_pct
+                            .map_or("—".into(), |v| format!("{v:.0}"))
+                    ),
+                ),
+                Some(c) if c.stayed_failed > 0 => (
+                    "#c62828".into(),
+                    "stayed failed".into(),
+                    format!(
+                        "good {}% → {}%",
+                        c.goodput_pct_stale
+                            .map_or("—".into(), |v| format!("{v:.0}")),
+                        c.after_goodput_pct
+                            .map_or("—".into(), |v| format!("{v:.0}"))
+                    ),
+                ),
+                Some(c) => {
+                    let r = c.recovery_seconds.unwrap_or(0.0);
+                    // Green fading to amber as recovery takes longer.
+                    let f = (r / recovery as f64).clamp(0.0, 1.0);
+                    let (r0, g0, b0) = (46.0, 160.0, 67.0);
+                    let (r1, g1, b1) = (240.0, 170.0, 0.0);
+                    let mix = |a: f64, b: f64| (a + (b - a) * f) as u8;
+                    (
+                        format!("rgb({},{},{})", mix(r0, r1), mix(g0, g1), mix(b0, b1)),
+                        format!("{r:.0} s"),
+                        format!(
+                            "good {}% while stale",
+                            c.goodput_pct_stale
+                                .map_or("—".into(), |v| format!("{v:.0}"))
+                        ),
+                    )
+                }
+            };
+            let _ = write!(
+                s,
+                "<rect x='{x}' y='{y}' width='{}' height='{}' fill='{fill}' stroke='white' stroke-width='2'/>\
+                 <text x='{}' y='{}' text-anchor='middle' fill='white' font-weight='bold'>{}</text>\
+                 <text x='{}' y='{}' text-anchor='middle' fill='white' font-size='10'>{}</text>",
+                cw,
+                ch,
+                x + cw / 2.0,
+                y + ch / 2.0,
+                esc(&big),
+                x + cw / 2.0,
+                y + ch / 2.0 + 16.0,
+                esc(&small)
+            );
+        }
+    }
+    let base = top + ch * rows.len() as f64;
+    for (ci, l) in loads.iter().enumerate() {
+        let x = left + cw * ci as f64 + cw / 2.0;
+        let _ = write!(
+            s,
+            "<text x='{x}' y='{}' text-anchor='middle'>{:.0}% of healthy</text><text x='{x}' y='{}' text-anchor='middle' font-size='10' fill='#555'>{:.1}× the stale capacity</text>",
+            base + 16.0,
+            100.0 * l,
+            base + 30.0,
+            l * healthy_over_stale
+        );
+    }
+    s.push_str("</svg>");
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mc(mode: Mode, load: f64, t: u64, failed: bool, rec: f64) -> MapCell {
+        MapCell {
+            mode,
+            load,
+            rate: load * 100.0,
+            trigger_seconds: t,
+            repeats: 1,
+            stayed_failed: usize::from(failed),
+            recovery_seconds: (!failed).then_some(rec),
+            goodput_pct_stale: Some(40.0),
+            error_5xx_pct_stale: Some(60.0),
+            after_goodput_pct: Some(if failed { 10.0 } else { 99.0 }),
+            amplification_peak: Some(2.0),
+            steady_goodput_pct: Some(99.5),
+            healthy_before: true,
+        }
+    }
+
+    #[test]
+    fn the_heat_map_paints_every_cell_by_its_outcome() {
+        let mut unhealthy = mc(Mode::Legacy, 1.2, 20, true, 0.0);
+        unhealthy.healthy_before = false;
+        unhealthy.steady_goodput_pct = Some(60.0);
+        let map = vec![
+            mc(Mode::Legacy, 0.5, 20, false, 3.0),
+            mc(Mode::Legacy, 0.8, 20, true, 0.0),
+            mc(Mode::Legacy, 0.5, 60, false, 30.0),
+            unhealthy,
+        ];
+        let svg = heat_svg(&map, Mode::Legacy, &[0.5, 0.8, 1.2], &[20, 60], 45, 4.0);
+        assert_eq!(svg.matches("stayed failed").count(), 1, "{svg}");
+        assert_eq!(svg.matches("unhealthy before").count(), 1, "{svg}");
+        assert!(svg.contains(">3 s<") && svg.contains(">30 s<"), "{svg}");
+        // The missing cells are drawn as not measured.
+        assert!(svg.contains("#eeeeee"));
+        // Half the healthy capacity, where the stale plan serves a quarter, is 2x the stale one.
+        assert!(
+            svg.contains("50% of healthy") && svg.contains("2.0× the stale"),
+            "{svg}"
+        );
+        let md_cell = find(&map, Mode::Legacy, 0.8, 20).unwrap();
+        assert!(verdict(md_cell).contains("stayed failed"));
+        assert!(verdict(find(&map, Mode::Legacy, 1.2, 20).unwrap()).contains("not healthy"));
+        assert_eq!(
+            cell_id(Mode::Resilient, 0.65, 90),
+            "resilient-load0.65-stale90s"
+        );
+    }
+}
