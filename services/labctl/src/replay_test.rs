@@ -123,8 +123,15 @@ async fn the_real_trigger_storms_the_legacy_lab_and_the_fixed_one_absorbs_it() {
         async move { load::run_closed(&args, 8, keys, source).await }
     };
     probe(4, 10).await.unwrap();
-    let stale = probe(5, 11).await.unwrap();
-    let capacity = stale.per_second.iter().map(|s| s.good).sum::<u64>() as f64 / 5.0;
+    // The best of three probes: other tests share the 2 cores, and a probe slowed by them
+    // under-measures the capacity (never over-measures it). One did, by more than 1.5x: the
+    // "overload" it chose was within what the legacy client could serve, and legacy failed 0%.
+    let mut capacity = 0.0f64;
+    for seed in 11..14 {
+        let stale = probe(5, seed).await.unwrap();
+        let c = stale.per_second.iter().map(|s| s.good).sum::<u64>() as f64 / 5.0;
+        capacity = capacity.max(c);
+    }
     assert!(capacity > 1.0, "the probe measured a capacity: {capacity}");
     let rate = OVERLOAD * capacity;
     eprintln!("stale capacity {capacity:.1} rps; comparing at {rate:.1} rps");
