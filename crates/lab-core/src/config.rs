@@ -75,11 +75,16 @@ pub fn url_list(list: &str) -> Vec<String> {
         .collect()
 }
 
-/// The `[section]` names of a TOML text (lower-cased; `[a.b]` counts as `a`).
-pub fn sections(text: &str) -> HashSet<String> {
-    text.parse::<toml_like::Table>()
-        .map(|t| t.sections)
-        .unwrap_or_default()
+/// The top-level keys of a TOML text — its tables and any root-level value, dotted keys and
+/// inline tables included (`cache.capacity = 1` is `cache`) — or why it does not parse.
+pub fn top_level_keys(text: &str) -> anyhow::Result<Vec<String>> {
+    let map: config::Map<String, config::Value> = Config::builder()
+        .add_source(File::from_str(text, FileFormat::Toml))
+        .build()?
+        .try_deserialize()?;
+    let mut keys: Vec<String> = map.into_keys().map(|k| k.to_ascii_lowercase()).collect();
+    keys.sort();
+    Ok(keys)
 }
 
 /// The few facts we need from a TOML defaults file without pulling a TOML parser of our own:

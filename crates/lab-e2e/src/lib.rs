@@ -32,6 +32,9 @@ pub struct LabOptions {
     /// Entries the orchestrators' boot warm-up may take (0, the default: off — the tests were
     /// written against cold caches; the warm-up's own test turns it on).
     pub cache_warmup_entries: i64,
+    /// An orchestrator configuration file loaded as `LAB_CONFIG_FILE` is (a client policy:
+    /// `labctl up --policy`); `None`: the defaults.
+    pub orchestrator_config_file: Option<std::path::PathBuf>,
 }
 
 /// Where the orchestrators publish: brokers, a (per-test) topic, and how many events may wait.
@@ -81,6 +84,7 @@ impl Default for LabOptions {
             ratelimit_redis_url: None,
             kafka: None,
             cache_warmup_entries: 0,
+            orchestrator_config_file: None,
         }
     }
 }
@@ -223,7 +227,18 @@ impl Lab {
         });
         let mut orchestrators = Vec::new();
         for _ in 0..opts.orchestrators {
-            let mut s = orchestrator::Settings::defaults().unwrap();
+            let mut s: orchestrator::Settings = match &opts.orchestrator_config_file {
+                Some(path) => lab_core::config::load_from(
+                    "orchestrator",
+                    orchestrator::configuration::DEFAULTS,
+                    [(
+                        "LAB_CONFIG_FILE".to_string(),
+                        path.to_string_lossy().into_owned(),
+                    )],
+                )
+                .expect("the orchestrator configuration file"),
+                None => orchestrator::Settings::defaults().unwrap(),
+            };
             s.http.port = 0;
             s.entity.urls = entity_urls.clone();
             s.flags = flag_settings.clone();

@@ -30,11 +30,11 @@ pub struct Policy {
 pub fn load(path: &Path) -> anyhow::Result<Policy> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading the policy {}", path.display()))?;
-    let mut bad: Vec<String> = lab_core::config::sections(&text)
+    let bad: Vec<String> = lab_core::config::top_level_keys(&text)
+        .with_context(|| format!("policy {} is not valid TOML", path.display()))?
         .into_iter()
         .filter(|s| !SECTIONS.contains(&s.as_str()))
         .collect();
-    bad.sort();
     anyhow::ensure!(
         bad.is_empty(),
         "policy {}: section(s) [{}] are not part of a client policy (a policy sets only [{}])",
@@ -158,6 +158,10 @@ mod tests {
         let f = file("[http]\nport = 1\n");
         let e = format!("{:#}", load(f.path()).unwrap_err());
         assert!(e.contains("[http]"), "{e}");
+        // Nor by a dotted key at the root, or a comment after the header.
+        let f = file("cache.capacity = 1\n[policy] # mine\nname = \"x\"\n");
+        let e = format!("{:#}", load(f.path()).unwrap_err());
+        assert!(e.contains("[cache]"), "{e}");
         let f = file("[policy]\nbackof_base_ms = 10\n");
         assert!(load(f.path()).is_err());
         let f = file("[policy]\njitter = \"sometimes\"\n");

@@ -67,6 +67,9 @@ pub struct CellArgs {
     /// an ablation's or a map's `summary.json`.
     #[arg(long)]
     pub calibration: Option<PathBuf>,
+    /// Measure (or read) the calibration, write `calibration.json` under --out, and stop.
+    #[arg(long)]
+    pub calibrate_only: bool,
     #[command(flatten)]
     pub lab: UpArgs,
 }
@@ -143,6 +146,13 @@ pub async fn calibration(
             cal.healthy_capacity_rps,
             cal.stale_capacity_rps
         );
+        let mut cal = cal;
+        // A limit given now wins over the one the calibration chose.
+        match args.memory_limit.as_deref() {
+            Some("none") => cal.memory_limit_bytes = None,
+            Some(s) => cal.memory_limit_bytes = Some(crate::cgroup::parse_size(s)?),
+            None => {}
+        }
         std::fs::write(&saved, serde_json::to_vec_pretty(&cal)?)?;
         return Ok(cal);
     }
@@ -176,6 +186,36 @@ pub struct CellSpec {
     /// A policy file every orchestrator of the cell's lab loads (`labctl up --policy`).
     #[serde(default)]
     pub policy: Option<PathBuf>,
+    /// Everything else a measurement depends on (warm-up, seed, memory limit, the lab's shape,
+    /// the policy file's contents), so a resumed matrix never reuses a cell measured under
+    /// other settings. Empty in files written before it existed.
+    #[serde(default)]
+    pub setup: String,
+}
+
+/// [`CellSpec::setup`] for these options.
+pub fn setup_fingerprint(
+    args: &CellArgs,
+    cal: &Calibration,
+    policy: Option<&Path>,
+) -> anyhow::Result<String> {
+    let policy_hash = match policy {
+        Some(p) => {
+            use sha2::Digest;
+            let bytes = std::fs::read(p).with_context(|| format!("reading {}", p.display()))?;
+            hex::encode(&sha2::Sha256::digest(&bytes)[..8])
+        }
+        None => "-".into(),
+    };
+    Ok(format!(
+        "warmup={} seed={} memory={:?} orchestrators={} entity_services={} gateways={} policy={policy_hash}",
+        args.warmup_seconds,
+        args.seed,
+        cal.memory_limit_bytes,
+        args.lab.orchestrators,
+        args.lab.entity_services,
+        args.lab.gateways,
+    ))
 }
 
 impl CellSpec {
@@ -246,8 +286,9 @@ pub struct CellResult {
 }
 
 impl CellResult {
-    /// Recompute the aggregates from the stored phase summaries, so a cell measured by an
-    /// earlier labctl gains the figures added since (the per-second ones are kept as stored).
+    /// Recompute the aggregates from the stored phase summaries and, where the cell's series is
+    /// still on disk, its per-second figures: a cell measured by an earlier labctl gains the
+    /// figures added since.
     fn refresh(&mut self) {
         let sc = self.spec.scenario();
         if sc.phases.len() != self.phases.len() {
@@ -271,8 +312,19 @@ impl CellResult {
             })
             .collect();
         let mut m = aggregate(&reports);
-        if let Some(v) = self.metrics.get("amplified_seconds_longest") {
-            m.insert("amplified_seconds_longest".into(), *v);
+        let phase_list: Vec<(String, f64, f64)> = reports
+            .iter()
+            .map(|p| (p.name.clone(), p.start, p.seconds as f64))
+            .collect();
+        match RunSeries::read(&self.dir.join("series.jsonl"), vec![], phase_list) {
+            Ok(series) => per_second_metrics(&series, &reports, &mut m),
+            Err(_) => {
+                for (k, v) in &self.metrics {
+                    if k.starts_with("retry_amplif") {
+                        m.insert(k.clone(), *v);
+                    }
+                }
+            }
         }
         self.metrics = m;
     }
@@ -304,7 +356,18 @@ pub async fn run_all(
             if !args.rerun && file.exists() {
                 let mut r: CellResult = serde_json::from_slice(&std::fs::read(&file)?)
                     .with_context(|| format!("reading {}", file.display()))?;
+                // A file from before the fingerprint existed: its settings were not recorded.
+                if r.spec.setup.is_empty() {
+                    println!(
+                        "[{n}/{total}] {} rep {rep}: measured before labctl recorded its settings; \
+                         assumed to match (--rerun measures it again)",
+                        spec.label
+                    );
+                    r.spec.setup = spec.setup.clone();
+                }
                 if r.spec == *spec {
+                    // The series beside this file, wherever --out has moved since.
+                    r.dir = dir.clone();
                     r.refresh();
                     println!("[{n}/{total}] {} rep {rep}: already measured", spec.label);
                     results.push(r);
@@ -443,9 +506,10 @@ async fn run_one(
         .map(|p| (p.name.clone(), p.summary.clone()))
         .collect();
     let mut metrics = aggregate(&outcome.phases);
-    if let Some(s) = longest_amplified_run(&series, &outcome.phases, 1.2) {
-        metrics.insert("amplified_seconds_longest".into(), s);
-    }
+    per_second_metrics(&series, &outcome.phases, &mut metrics);
+    // What was left of the recovery window once ANALYZE had finished (a slow ANALYZE
+    // shortens it; "stayed failed" means "not within this").
+    metrics.insert("recovery_window_s".into(), run_end - analyze_end);
     let result = CellResult {
         spec: spec.clone(),
         repeat: rep,
@@ -578,43 +642,91 @@ pub fn aggregate(phases: &[engine::PhaseReport]) -> BTreeMap<String, f64> {
     m
 }
 
-/// The longest run of consecutive seconds in the trigger window with per-second amplification
-/// (entity-service inbound / gateway ingress, 1-s increments) above `factor` × the steady
-/// phase's — how long a retry storm lasted before something collapsed it.
-fn longest_amplified_run(
+/// Retries' amplification second by second over the trigger window: gateway attempts per first
+/// attempt × orchestrator attempts per first attempt (1-s increments of the same counters the
+/// phase summaries use) — the postmortem's "9×" is this product (3 × 3), and caches going cold
+/// after a rollback do not move it, as they move entity-service inbound / gateway ingress.
+fn retry_amplification_per_second(
     series: &RunSeries,
     phases: &[engine::PhaseReport],
-    factor: f64,
-) -> Option<f64> {
-    let steady = phases.first()?.summary.get("amplification").copied()?;
+) -> Option<Vec<f64>> {
     let w = trigger_window(phases);
     let (from, to) = (
         phases.get(w.start)?.start,
         phases.get(w.end - 1).map(|p| p.start + p.seconds as f64)?,
     );
-    let inbound = Q::Rate {
-        service: "entity-service",
-        metric: "entity_service_requests_total",
+    let rate = |service: &'static str, metric: &'static str| Q::Rate {
+        service,
+        metric,
         filter: Filter::All,
     };
-    let ingress = Q::Rate {
-        service: "edge-gateway",
-        metric: "gateway_requests_total",
-        filter: Filter::All,
-    };
-    let (mut longest, mut run) = (0u32, 0u32);
+    let hops = [
+        (
+            rate("edge-gateway", "gateway_upstream_attempts_total"),
+            rate("edge-gateway", "gateway_upstream_retries_total"),
+        ),
+        (
+            rate("orchestrator", "entity_requests_total"),
+            rate("orchestrator", "entity_retries_total"),
+        ),
+    ];
+    let mut out = Vec::new();
     for i in 1..series.ticks.len() {
-        let t = series.ticks[i].t;
-        if t < from || t >= to {
+        // The second from tick i-1 to tick i, wholly inside the window (ticks land a few ms
+        // after each whole second).
+        let (t0, t1) = (series.ticks[i - 1].t, series.ticks[i].t);
+        if t0 < from - 0.5 || t1 > to + 0.5 {
             continue;
         }
-        let a = series.eval_window(&inbound, i, 1);
-        let b = series.eval_window(&ingress, i, 1);
-        let amplified = matches!((a, b), (Some(a), Some(b)) if b > 0.0 && a / b > factor * steady);
-        run = if amplified { run + 1 } else { 0 };
+        let mut product = 1.0;
+        for (attempts, retries) in &hops {
+            let a = series.eval_window(attempts, i, 1).unwrap_or(0.0);
+            let r = series.eval_window(retries, i, 1).unwrap_or(0.0);
+            if a > r {
+                product *= a / (a - r);
+            } else if r > 0.0 {
+                // Attempts are counted when they end and retries when they are sent: a second
+                // of storm can send more retries than attempts finish. Amplified, by an amount
+                // this second cannot say.
+                product = f64::INFINITY;
+            }
+            // No attempt and no retry at a hop (all shed): it amplifies nothing.
+        }
+        out.push(product);
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+/// The longest run of consecutive values above `threshold`.
+pub fn longest_run_above(values: &[f64], threshold: f64) -> usize {
+    let (mut longest, mut run) = (0, 0);
+    for v in values {
+        run = if *v > threshold { run + 1 } else { 0 };
         longest = longest.max(run);
     }
-    Some(f64::from(longest))
+    longest
+}
+
+/// The postmortem's ceiling for a healthy fleet ("downstream ≤ 1.2× ingress"): above it,
+/// retries are a storm.
+pub const RETRY_AMPLIFICATION_MAX: f64 = 1.2;
+
+/// The per-second figures of a cell from its series: the longest run of seconds with retries'
+/// amplification above [`RETRY_AMPLIFICATION_MAX`], and its 1-s peak.
+fn per_second_metrics(
+    series: &RunSeries,
+    phases: &[engine::PhaseReport],
+    m: &mut BTreeMap<String, f64>,
+) {
+    if let Some(v) = retry_amplification_per_second(series, phases) {
+        m.insert(
+            "retry_amplified_seconds_longest".into(),
+            longest_run_above(&v, RETRY_AMPLIFICATION_MAX) as f64,
+        );
+        if let Some(peak) = v.iter().copied().filter(|x| x.is_finite()).reduce(f64::max) {
+            m.insert("retry_amplification_peak_1s".into(), peak);
+        }
+    }
 }
 
 /// What a cell costs, as a sentence: the mean wall time of the repetitions measured.
@@ -802,6 +914,7 @@ mod tests {
             recovery_seconds: 20,
             recovery_margin: 0.95,
             policy: None,
+            setup: String::new(),
         };
         let kv = |pairs: &[(&str, f64)]| -> BTreeMap<String, f64> {
             pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
@@ -809,8 +922,9 @@ mod tests {
         let mut r = CellResult {
             spec,
             repeat: 1,
-            // As an older labctl stored it: no gateway figure, one per-second figure.
-            metrics: kv(&[("amplified_seconds_longest", 4.0)]),
+            // As an older labctl stored it: no gateway figure, one per-second figure (its series
+            // is gone: the figure is kept as stored).
+            metrics: kv(&[("retry_amplified_seconds_longest", 4.0)]),
             recovery_seconds: Some(1.0),
             phases: vec![
                 ("steady".into(), kv(&[("gateway_attempts_per_first", 1.0)])),
@@ -825,12 +939,23 @@ mod tests {
             ],
             consistent: true,
             seconds: 100.0,
-            dir: PathBuf::new(),
+            dir: PathBuf::from("/nonexistent"),
         };
         r.refresh();
         assert_eq!(r.metrics["gateway_attempts_per_first_peak"], 2.5);
         assert_eq!(r.metrics["error_5xx_pct"], 30.0);
-        assert_eq!(r.metrics["amplified_seconds_longest"], 4.0);
+        assert_eq!(r.metrics["retry_amplified_seconds_longest"], 4.0);
+    }
+
+    #[test]
+    fn a_storm_is_the_longest_run_above_the_ceiling() {
+        let v = [1.0, 1.3, 1.5, 1.1, 1.3, 1.3, 1.3, 1.0];
+        assert_eq!(longest_run_above(&v, RETRY_AMPLIFICATION_MAX), 3);
+        assert_eq!(
+            longest_run_above(&[1.0, 1.2, 1.0], RETRY_AMPLIFICATION_MAX),
+            0
+        );
+        assert_eq!(longest_run_above(&[], RETRY_AMPLIFICATION_MAX), 0);
     }
 
     #[test]
@@ -847,6 +972,7 @@ mod tests {
             recovery_seconds: 45,
             recovery_margin: 0.95,
             policy: None,
+            setup: String::new(),
         };
         let sc = spec.scenario();
         let names: Vec<_> = sc

@@ -11,7 +11,6 @@
 //! Output: a heat map per mode (SVG in `report.html`), the table (`map.md`), `summary.json`.
 
 use std::fmt::Write as _;
-use std::time::Instant;
 
 use serde::Serialize;
 
@@ -111,6 +110,13 @@ pub async fn run(args: &MapArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> anyhow
             "--rollback-after {r}: must come before the shortest trigger ends"
         );
     }
+    let mut ids: Vec<String> = loads.iter().map(|l| format!("{l:.2}")).collect();
+    ids.sort();
+    ids.dedup();
+    anyhow::ensure!(
+        ids.len() == loads.len(),
+        "--loads: two loads are the same to two decimals (cells are named by them)"
+    );
     let modes = match args.mode {
         Modes::Both => vec![Mode::Legacy, Mode::Resilient],
         Modes::Legacy => vec![Mode::Legacy],
@@ -124,14 +130,23 @@ pub async fn run(args: &MapArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> anyhow
 
     let out = args.cells.out_dir(g, "map");
     std::fs::create_dir_all(&out)?;
-    let started = Instant::now();
     let cal = cell::calibration(&args.cells, g, &keys, &out).await?;
+    if args.cells.calibrate_only {
+        println!(
+            "calibration written to {}: healthy {:.0} rps, stale {:.0} rps",
+            out.join("calibration.json").display(),
+            cal.healthy_capacity_rps,
+            cal.stale_capacity_rps
+        );
+        return Ok(());
+    }
     anyhow::ensure!(
         cal.healthy_capacity_rps.is_finite()
             && cal.healthy_capacity_rps > 0.0
             && cal.stale_capacity_rps.is_finite(),
         "the calibration has no capacities: measure one (omit --calibration)"
     );
+    let setup = cell::setup_fingerprint(&args.cells, &cal, args.cells.lab.policy.as_deref())?;
     let mut specs = Vec::new();
     for mode in &modes {
         for t in &triggers {
@@ -151,6 +166,7 @@ pub async fn run(args: &MapArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> anyhow
                     recovery_seconds: recovery,
                     recovery_margin: args.cells.recovery_margin,
                     policy: args.cells.lab.policy.clone(),
+                    setup: setup.clone(),
                 });
             }
         }
@@ -189,7 +205,9 @@ pub async fn run(args: &MapArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> anyhow
             }
         })
         .collect();
-    let seconds = started.elapsed().as_secs_f64();
+    // What the measurement cost: every cell as measured (a resumed run reads most back) and
+    // the calibration.
+    let seconds = results.iter().map(|r| r.seconds).sum::<f64>() + cal.seconds;
     let mut md = markdown(
         &cal, &loads, &triggers, &modes, &map, args, recovery, seconds,
     );
@@ -328,10 +346,13 @@ fn markdown(
             .iter()
             .filter(|c| c.mode == *m && c.healthy_before && c.stayed_failed > 0)
             .count();
-        let n = map.iter().filter(|c| c.mode == *m).count();
+        let n = map
+            .iter()
+            .filter(|c| c.mode == *m && c.healthy_before)
+            .count();
         let _ = writeln!(
             md,
-            "\n{failed} of {n} cells stayed failed after their trigger ended.\n"
+            "\n{failed} of {n} cells healthy before their trigger stayed failed after it ended.\n"
         );
     }
     md
