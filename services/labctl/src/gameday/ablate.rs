@@ -384,28 +384,16 @@ pub async fn run(args: &AblateArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> any
     let q = args.cells.quick;
     let stale_seconds = args.stale_seconds.unwrap_or(if q { 40 } else { 60 });
     let rollback_after = (!args.no_rollback).then_some(10);
-    let recovery = args
-        .cells
-        .recovery_seconds
-        .unwrap_or(if q { 45 } else { 60 });
-    let steady = if q { 10 } else { 15 };
+    let recovery = args.cells.recovery();
+    let steady = args.cells.steady();
     anyhow::ensure!(
         stale_seconds >= 5 && rollback_after.is_none_or(|r| r < stale_seconds),
         "--stale-seconds must be at least 5 and longer than the 10 s before the rollback"
     );
 
-    let out = args.cells.out_dir(g, "ablate");
-    std::fs::create_dir_all(&out)?;
-    let cal = cell::calibration(&args.cells, g, &keys, &out).await?;
-    if args.cells.calibrate_only {
-        println!(
-            "calibration written to {}: healthy {:.0} rps, stale {:.0} rps",
-            out.join("calibration.json").display(),
-            cal.healthy_capacity_rps,
-            cal.stale_capacity_rps
-        );
+    let Some((out, cal)) = cell::prepare(&args.cells, g, &keys, "ablate").await? else {
         return Ok(());
-    }
+    };
     let rate = (args.stale_utilisation * cal.stale_capacity_rps).max(1.0);
     anyhow::ensure!(
         rate.is_finite(),

@@ -101,6 +101,21 @@ impl CellArgs {
         })
     }
 
+    /// Seconds measured after ANALYZE (default 60; --quick 45).
+    pub fn recovery(&self) -> u64 {
+        self.recovery_seconds
+            .unwrap_or(if self.quick { 45 } else { 60 })
+    }
+
+    /// Seconds of steady state before the trigger (15; --quick 10).
+    pub fn steady(&self) -> u64 {
+        if self.quick {
+            10
+        } else {
+            15
+        }
+    }
+
     pub fn validate(&self) -> anyhow::Result<()> {
         anyhow::ensure!(self.repeat >= 1, "--repeat must be at least 1");
         anyhow::ensure!(
@@ -161,6 +176,29 @@ pub async fn calibration(
     Ok(cal)
 }
 
+/// The start every experiment shares: its directory and its calibration; `None` when
+/// `--calibrate-only` asked for nothing more.
+pub async fn prepare(
+    args: &CellArgs,
+    g: &Globals,
+    keys: &[ApiKeyRecord],
+    command: &str,
+) -> anyhow::Result<Option<(PathBuf, Calibration)>> {
+    let out = args.out_dir(g, command);
+    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    let cal = calibration(args, g, keys, &out).await?;
+    if args.calibrate_only {
+        println!(
+            "calibration written to {}: healthy {:.0} rps, stale {:.0} rps",
+            out.join("calibration.json").display(),
+            cal.healthy_capacity_rps,
+            cal.stale_capacity_rps
+        );
+        return Ok(None);
+    }
+    Ok(Some((out, cal)))
+}
+
 /// What one cell runs.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct CellSpec {
@@ -188,7 +226,7 @@ pub struct CellSpec {
     pub policy: Option<PathBuf>,
     /// Everything else a measurement depends on (warm-up, seed, memory limit, the lab's shape,
     /// the policy file's contents), so a resumed matrix never reuses a cell measured under
-    /// other settings. Empty in files written before it existed.
+    /// other settings (a file without one is measured again).
     #[serde(default)]
     pub setup: String,
 }
@@ -330,6 +368,12 @@ impl CellResult {
     }
 }
 
+/// May a stored repetition stand for `wanted`? Only when it was measured with exactly this cell
+/// and these settings — one without a recorded fingerprint never.
+fn reusable(stored: &CellSpec, wanted: &CellSpec) -> bool {
+    !stored.setup.is_empty() && stored == wanted
+}
+
 /// `cells/<id>/rep-<n>`.
 pub fn rep_dir(out: &Path, id: &str, rep: u32) -> PathBuf {
     out.join("cells").join(id).join(format!("rep-{rep}"))
@@ -356,16 +400,7 @@ pub async fn run_all(
             if !args.rerun && file.exists() {
                 let mut r: CellResult = serde_json::from_slice(&std::fs::read(&file)?)
                     .with_context(|| format!("reading {}", file.display()))?;
-                // A file from before the fingerprint existed: its settings were not recorded.
-                if r.spec.setup.is_empty() {
-                    println!(
-                        "[{n}/{total}] {} rep {rep}: measured before labctl recorded its settings; \
-                         assumed to match (--rerun measures it again)",
-                        spec.label
-                    );
-                    r.spec.setup = spec.setup.clone();
-                }
-                if r.spec == *spec {
+                if reusable(&r.spec, spec) {
                     // The series beside this file, wherever --out has moved since.
                     r.dir = dir.clone();
                     r.refresh();
@@ -945,6 +980,40 @@ mod tests {
         assert_eq!(r.metrics["gateway_attempts_per_first_peak"], 2.5);
         assert_eq!(r.metrics["error_5xx_pct"], 30.0);
         assert_eq!(r.metrics["retry_amplified_seconds_longest"], 4.0);
+    }
+
+    #[test]
+    fn a_stored_cell_is_reused_only_under_the_same_cell_and_settings() {
+        let wanted = CellSpec {
+            id: "all".into(),
+            label: "all".into(),
+            mode: Mode::Resilient,
+            flags: vec![],
+            rate: 212.0,
+            steady_seconds: 10,
+            stale_seconds: 40,
+            rollback_after: Some(10),
+            recovery_seconds: 45,
+            recovery_margin: 0.95,
+            policy: None,
+            setup: "warmup=30 seed=1".into(),
+        };
+        assert!(reusable(&wanted.clone(), &wanted));
+        let other_warmup = CellSpec {
+            setup: "warmup=60 seed=1".into(),
+            ..wanted.clone()
+        };
+        assert!(!reusable(&other_warmup, &wanted));
+        let unrecorded = CellSpec {
+            setup: String::new(),
+            ..wanted.clone()
+        };
+        assert!(!reusable(&unrecorded, &wanted));
+        let other_rate = CellSpec {
+            rate: 300.0,
+            ..wanted.clone()
+        };
+        assert!(!reusable(&other_rate, &wanted));
     }
 
     #[test]

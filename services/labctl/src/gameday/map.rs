@@ -122,24 +122,12 @@ pub async fn run(args: &MapArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> anyhow
         Modes::Legacy => vec![Mode::Legacy],
         Modes::Resilient => vec![Mode::Resilient],
     };
-    let recovery = args
-        .cells
-        .recovery_seconds
-        .unwrap_or(if q { 45 } else { 60 });
-    let steady = if q { 10 } else { 15 };
+    let recovery = args.cells.recovery();
+    let steady = args.cells.steady();
 
-    let out = args.cells.out_dir(g, "map");
-    std::fs::create_dir_all(&out)?;
-    let cal = cell::calibration(&args.cells, g, &keys, &out).await?;
-    if args.cells.calibrate_only {
-        println!(
-            "calibration written to {}: healthy {:.0} rps, stale {:.0} rps",
-            out.join("calibration.json").display(),
-            cal.healthy_capacity_rps,
-            cal.stale_capacity_rps
-        );
+    let Some((out, cal)) = cell::prepare(&args.cells, g, &keys, "map").await? else {
         return Ok(());
-    }
+    };
     anyhow::ensure!(
         cal.healthy_capacity_rps.is_finite()
             && cal.healthy_capacity_rps > 0.0
