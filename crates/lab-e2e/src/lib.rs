@@ -35,6 +35,9 @@ pub struct LabOptions {
     /// An orchestrator configuration file loaded as `LAB_CONFIG_FILE` is (a client policy:
     /// `labctl up --policy`); `None`: the defaults.
     pub orchestrator_config_file: Option<std::path::PathBuf>,
+    /// Each service connects as its own least-privilege role (lab_gateway, lab_entity_service,
+    /// lab_enrichment), as in a cluster; `false`: as the test database's owner.
+    pub service_roles: bool,
 }
 
 /// Where the orchestrators publish: brokers, a (per-test) topic, and how many events may wait.
@@ -85,6 +88,7 @@ impl Default for LabOptions {
             kafka: None,
             cache_warmup_entries: 0,
             orchestrator_config_file: None,
+            service_roles: true,
         }
     }
 }
@@ -94,18 +98,21 @@ impl Default for LabOptions {
 /// work — the in-process equivalent of `kill -9`. (Aborting only the serve task would leave
 /// hyper's per-connection tasks serving keep-alive connections, which a dead process cannot do.)
 pub struct Running {
+    /// The public (API) listener.
     pub url: String,
+    /// The admin listener: `/livez`, `/readyz`, `/metrics`.
+    pub admin: String,
     kill: std::sync::Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
     thread: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl Running {
-    /// Start a service: `build` runs on the new runtime and returns the bound port and the
-    /// future that serves.
+    /// Start a service: `build` runs on the new runtime and returns the bound public and admin
+    /// ports and the future that serves.
     pub async fn start<B, F, S>(name: &str, build: B) -> Running
     where
         B: FnOnce() -> F + Send + 'static,
-        F: Future<Output = anyhow::Result<(u16, S)>> + 'static,
+        F: Future<Output = anyhow::Result<(u16, u16, S)>> + 'static,
         S: Future<Output = anyhow::Result<()>> + Send + 'static,
     {
         let (port_tx, port_rx) = tokio::sync::oneshot::channel();
@@ -119,14 +126,14 @@ impl Running {
                     .build()
                     .expect("runtime");
                 rt.block_on(async move {
-                    let (port, serve) = match build().await {
+                    let (port, admin, serve) = match build().await {
                         Ok(v) => v,
                         Err(e) => {
                             let _ = port_tx.send(Err(format!("{e:#}")));
                             return;
                         }
                     };
-                    let _ = port_tx.send(Ok(port));
+                    let _ = port_tx.send(Ok((port, admin)));
                     tokio::select! {
                         _ = serve => {}
                         _ = kill_rx => {}
@@ -135,12 +142,13 @@ impl Running {
                 rt.shutdown_timeout(Duration::from_secs(1));
             })
             .expect("spawn service thread");
-        let port = port_rx
+        let (port, admin) = port_rx
             .await
             .expect("service thread ended before binding")
             .unwrap_or_else(|e| panic!("{name} failed to start: {e}"));
         Running {
             url: format!("http://127.0.0.1:{port}"),
+            admin: format!("http://127.0.0.1:{admin}"),
             kill: std::sync::Mutex::new(Some(kill_tx)),
             thread: std::sync::Mutex::new(Some(thread)),
         }
@@ -180,6 +188,7 @@ impl Drop for Running {
 }
 
 pub struct Lab {
+    service_roles: bool,
     /// Where the orchestrators publish, if they do ([`LabOptions::kafka`]).
     pub kafka: Option<KafkaTarget>,
     /// The consumer group of this lab's enrichment workers ([`Lab::enrichment_worker`]).
@@ -203,17 +212,35 @@ impl Lab {
             namespace: opts.flags_namespace.clone(),
         };
         let flags = lab_flags::Store::with_namespace(&redis_url, &opts.flags_namespace).unwrap();
+        let as_role = |role: &str| {
+            let url = db.url.clone();
+            let (on, role) = (opts.service_roles, role.to_string());
+            async move {
+                if on {
+                    service_role_url(&url, &role).await
+                } else {
+                    url
+                }
+            }
+        };
+        let entity_db = as_role(lab_db::ENTITY_SERVICE_ROLE).await;
+        let gateway_db = as_role(lab_db::GATEWAY_ROLE).await;
         let mut entity_services = Vec::new();
         for _ in 0..opts.entity_services {
             let mut s = entity_service::Settings::defaults().unwrap();
             s.http.port = 0;
-            s.database.url = db.url.clone();
+            s.admin.port = 0;
+            s.database.url = entity_db.clone();
             s.database.pool_size = 4;
             s.flags = flag_settings.clone();
             entity_services.push(
                 Running::start("entity-service", move || async move {
                     let app = entity_service::Application::build(s).await?;
-                    Ok((app.port(), app.run_until_stopped(std::future::pending())))
+                    Ok((
+                        app.port(),
+                        app.admin_port(),
+                        app.run_until_stopped(std::future::pending()),
+                    ))
                 })
                 .await,
             );
@@ -240,6 +267,7 @@ impl Lab {
                 None => orchestrator::Settings::defaults().unwrap(),
             };
             s.http.port = 0;
+            s.admin.port = 0;
             s.entity.urls = entity_urls.clone();
             s.flags = flag_settings.clone();
             if let Some(c) = opts.cache_capacity {
@@ -257,7 +285,11 @@ impl Lab {
             orchestrators.push(
                 Running::start("orchestrator", move || async move {
                     let app = orchestrator::Application::build(s).await?;
-                    Ok((app.port(), app.run_until_stopped(std::future::pending())))
+                    Ok((
+                        app.port(),
+                        app.admin_port(),
+                        app.run_until_stopped(std::future::pending()),
+                    ))
                 })
                 .await,
             );
@@ -267,10 +299,16 @@ impl Lab {
             .map(|r| r.url.clone())
             .collect::<Vec<_>>()
             .join(",");
+        let orchestrator_admins = orchestrators
+            .iter()
+            .map(|r| r.admin.clone())
+            .collect::<Vec<_>>()
+            .join(",");
         let gateway_settings = || {
             let mut s = edge_gateway::Settings::defaults().unwrap();
             s.http.port = 0;
-            s.database.url = db.url.clone();
+            s.admin.port = 0;
+            s.database.url = gateway_db.clone();
             s.budget.request_ms = opts.gateway_budget_ms;
             s.http.drain_seconds = opts.gateway_budget_ms / 1000 + 1;
             s.auth.cache_ttl_ms = opts.auth_cache_ttl_ms;
@@ -282,6 +320,7 @@ impl Lab {
                 .unwrap_or_else(|| redis_url.clone());
             s.ratelimit.namespace = opts.flags_namespace.clone();
             s.upstream.orchestrators = orchestrator_urls.clone();
+            s.upstream.orchestrators_admin = orchestrator_admins.clone();
             // Probe fast so rotation changes within a test's patience.
             s.upstream.probe_interval_ms = 100;
             s.upstream.probe_timeout_ms = 500;
@@ -293,7 +332,11 @@ impl Lab {
             gateways.push(
                 Running::start("edge-gateway", move || async move {
                     let app = edge_gateway::Application::build(s).await?;
-                    Ok((app.port(), app.run_until_stopped(std::future::pending())))
+                    Ok((
+                        app.port(),
+                        app.admin_port(),
+                        app.run_until_stopped(std::future::pending()),
+                    ))
                 })
                 .await,
             );
@@ -301,6 +344,7 @@ impl Lab {
         let gateway = gateways.remove(0);
         let extra_gateways = gateways;
         Lab {
+            service_roles: opts.service_roles,
             kafka: opts.kafka.clone(),
             enrichment_group: testkit::unique_name("enrichment-workers"),
             flags_namespace: opts.flags_namespace.clone(),
@@ -340,7 +384,12 @@ impl Lab {
             .expect("an enrichment worker needs LabOptions::kafka");
         let mut s = enrichment::Settings::defaults().unwrap();
         s.http.port = 0;
-        s.database.url = self.db.url.clone();
+        s.admin.port = 0;
+        s.database.url = if self.service_roles {
+            service_role_url(&self.db.url, lab_db::ENRICHMENT_ROLE).await
+        } else {
+            self.db.url.clone()
+        };
         s.kafka.brokers = k.brokers;
         s.kafka.topic = k.topic;
         s.kafka.group_id = self.enrichment_group.clone();
@@ -349,7 +398,11 @@ impl Lab {
         s.flags.namespace = self.flags_namespace.clone();
         Running::start("enrichment", move || async move {
             let app = enrichment::Application::build(s).await?;
-            Ok((app.port(), app.run_until_stopped(std::future::pending())))
+            Ok((
+                app.port(),
+                app.admin_port(),
+                app.run_until_stopped(std::future::pending()),
+            ))
         })
         .await
     }
@@ -358,9 +411,9 @@ impl Lab {
     pub async fn set_flag(&self, flag: &str, variant: &str) {
         self.flags.set(flag, variant).await.expect("set flag");
         let filter = format!("flag=\"{flag}\",variant=\"{variant}\"");
-        let mut urls = vec![self.gateway.url.clone()];
-        urls.extend(self.orchestrators.iter().map(|o| o.url.clone()));
-        urls.extend(self.entity_services.iter().map(|e| e.url.clone()));
+        let mut urls = vec![self.gateway.admin.clone()];
+        urls.extend(self.orchestrators.iter().map(|o| o.admin.clone()));
+        urls.extend(self.entity_services.iter().map(|e| e.admin.clone()));
         for url in urls {
             let mut applied = false;
             for _ in 0..400 {
@@ -387,7 +440,8 @@ impl Lab {
             .expect("the gateway answered (no hang, no connection error)")
     }
 
-    /// One metric's value summed over the given label filter, from a service's `/metrics`.
+    /// One metric's value summed over the given label filter, from a service's `/metrics` (`base`:
+    /// its admin URL, [`Running::admin`]).
     pub async fn metric(base: &str, name: &str, label_filter: &str) -> f64 {
         let text = reqwest::get(format!("{base}/metrics"))
             .await
@@ -405,4 +459,36 @@ pub fn sum_metric(text: &str, name: &str, label_filter: &str) -> f64 {
         .filter(|s| s.name == name && s.labels.contains(label_filter))
         .map(|s| s.value)
         .sum()
+}
+
+/// The URL of `db_url`'s database as `role` (one of the services' roles). Under trust
+/// authentication (the native lab, CI) no password is needed; when `db_url` carries one (a
+/// testcontainers database), the role is given the same, so one URL shape works on both.
+/// Roles are cluster-wide and tests run concurrently: a concurrent `ALTER ROLE` is retried.
+pub async fn service_role_url(db_url: &str, role: &str) -> String {
+    let password = url::Url::parse(db_url)
+        .expect("a database URL")
+        .password()
+        .map(str::to_owned);
+    if let Some(p) = &password {
+        let mut tries = 0;
+        loop {
+            let mut c = lab_db::connect(db_url).await.expect("connect as the owner");
+            let stmt = format!(
+                "ALTER ROLE {} PASSWORD '{}'",
+                lab_db::quote_ident(role),
+                p.replace('\'', "''")
+            );
+            match sqlx::Executor::execute(&mut c, stmt.as_str()).await {
+                Ok(_) => break,
+                Err(e) if tries < 5 => {
+                    tries += 1;
+                    eprintln!("ALTER ROLE {role} failed ({e}); retrying");
+                    tokio::time::sleep(Duration::from_millis(50 * tries)).await;
+                }
+                Err(e) => panic!("setting {role}'s password: {e}"),
+            }
+        }
+    }
+    lab_db::role_url(db_url, role, password.as_deref()).expect("a role URL")
 }

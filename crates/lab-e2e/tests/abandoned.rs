@@ -24,7 +24,7 @@ async fn abandoned_after_one_request(mode: &str) -> (f64, f64) {
         .await;
     assert!(resp.status().is_server_error(), "{}", resp.status());
     // Wait (bounded) for the last entity-service handler to finish: ~4 s after the request.
-    let entity = &lab.entity_services[0].url;
+    let entity = &lab.entity_services[0].admin;
     let mut last = (-1.0, -1.0);
     for _ in 0..30 {
         tokio::time::sleep(std::time::Duration::from_millis(500)).await;

@@ -60,8 +60,8 @@ async fn error_table_every_entity_service_row_reaches_the_user_unchanged() {
         );
     }
     // Each row counted once at the gateway and once at the orchestrator, by its own name.
-    let gw = metrics_text(&lab.gateway.url).await;
-    let orch = metrics_text(&lab.orchestrators[0].url).await;
+    let gw = metrics_text(&lab.gateway.admin).await;
+    let orch = metrics_text(&lab.orchestrators[0].admin).await;
     for row in &rows {
         let labels = format!(
             "hop=\"entity-service\",origin=\"{}\",status=\"{}\"",
@@ -111,15 +111,22 @@ async fn error_table_every_orchestrator_row_reaches_the_user_through_the_gateway
     let key = fixtures::tenant_with_key(&db.url, 1).await;
     let mut s = edge_gateway::Settings::defaults().unwrap();
     s.http.port = 0;
+    s.admin.port = 0;
     s.database.url = db.url.clone();
     s.flags.namespace = format!("counts-{:016x}", rand::random::<u64>());
     s.flags.redis_url = testkit::redis_url().await;
     s.ratelimit.redis_url = s.flags.redis_url.clone();
     s.ratelimit.namespace = s.flags.namespace.clone();
+    // The stub serves /readyz on its one port: it is its own admin listener.
+    s.upstream.orchestrators_admin = url.clone();
     s.upstream.orchestrators = url;
     let gw = lab_e2e::Running::start("edge-gateway", move || async move {
         let app = edge_gateway::Application::build(s).await?;
-        Ok((app.port(), app.run_until_stopped(std::future::pending())))
+        Ok((
+            app.port(),
+            app.admin_port(),
+            app.run_until_stopped(std::future::pending()),
+        ))
     })
     .await;
 
@@ -145,7 +152,7 @@ async fn error_table_every_orchestrator_row_reaches_the_user_through_the_gateway
         let body: serde_json::Value = serde_json::from_str(&body).unwrap();
         assert_eq!(body["error"]["code"], row.code);
     }
-    let text = metrics_text(&gw.url).await;
+    let text = metrics_text(&gw.admin).await;
     for row in &rows {
         let labels = format!(
             "hop=\"{}\",origin=\"{}\",status=\"{}\"",
@@ -196,7 +203,7 @@ async fn every_user_facing_5xx_is_named_by_exactly_one_origin() {
         .map(|(_, n)| n)
         .sum();
     assert!(user_5xx > 0, "the fault produced errors: {seen:?}");
-    let text = metrics_text(&lab.gateway.url).await;
+    let text = metrics_text(&lab.gateway.admin).await;
     let by_origin: f64 = lab_core::exposition::samples(&text)
         .filter(|s| s.name == "lab_errors_total")
         .filter(|s| {
@@ -236,7 +243,7 @@ async fn attempts_per_first_attempt_never_exceed_the_configured_attempts() {
         assert!(resp.status().is_server_error());
     }
     // The orphaned loops finish ~1.4 s after their last attempt started.
-    let orch = &lab.orchestrators[0].url;
+    let orch = &lab.orchestrators[0].admin;
     let mut last = -1.0;
     for _ in 0..40 {
         tokio::time::sleep(Duration::from_millis(250)).await;
@@ -246,7 +253,7 @@ async fn attempts_per_first_attempt_never_exceed_the_configured_attempts() {
         }
         last = now;
     }
-    let gw = &lab.gateway.url;
+    let gw = &lab.gateway.admin;
     let gw_attempts = Lab::metric(gw, "gateway_upstream_attempts_total", "").await;
     let gw_retries = Lab::metric(gw, "gateway_upstream_retries_total", "").await;
     assert_eq!(
@@ -312,7 +319,7 @@ async fn deep_readiness_probes_are_never_counted_as_user_traffic() {
     let lab = Lab::start(db, LabOptions::default()).await;
     lab.set_flag("fault.entity.error_fraction", "1").await;
     lab.set_flag("client.mode", "legacy").await;
-    let orch = &lab.orchestrators[0].url;
+    let orch = &lab.orchestrators[0].admin;
     let mut probes = 0.0;
     for _ in 0..100 {
         probes = Lab::metric(orch, "entity_probe_requests_total", "").await;
@@ -340,7 +347,7 @@ async fn deep_readiness_probes_are_never_counted_as_user_traffic() {
         Lab::metric(orch, "lab_readiness_failures_total", "").await > 0.0,
         "the failed probes are named where they belong"
     );
-    let es = &lab.entity_services[0].url;
+    let es = &lab.entity_services[0].admin;
     assert_eq!(
         Lab::metric(es, "entity_service_requests_total", "").await,
         0.0,

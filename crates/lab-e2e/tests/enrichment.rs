@@ -87,15 +87,15 @@ async fn n_extractions_make_exactly_n_enrichment_rows() {
     .await
     .unwrap();
     assert_eq!((docs, pair), (N as i64, N as i64));
-    let orch = &lab.orchestrators[0].url;
+    let orch = &lab.orchestrators[0].admin;
     assert_eq!(
         Lab::metric(orch, "kafka_producer_delivered_total", "").await,
         N as f64
     );
     // Both workers share the partitions.
     let (o1, o2) = (
-        Lab::metric(&w1.url, "enrichment_assigned_partitions", "").await,
-        Lab::metric(&w2.url, "enrichment_assigned_partitions", "").await,
+        Lab::metric(&w1.admin, "enrichment_assigned_partitions", "").await,
+        Lab::metric(&w2.admin, "enrichment_assigned_partitions", "").await,
     );
     assert!(o1 > 0.0 && o2 > 0.0 && o1 + o2 == 12.0, "{o1} + {o2}");
 }
@@ -129,7 +129,7 @@ async fn a_dead_broker_never_fails_an_extraction_and_what_was_queued_arrives() {
     broker.freeze();
     const DOWN: usize = 30;
     extract_n(&lab, &key, DOWN, "down").await; // each asserted 200
-    let orch = &lab.orchestrators[0].url;
+    let orch = &lab.orchestrators[0].admin;
     let m = |name: &'static str, filter: &'static str| Lab::metric(orch, name, filter);
     assert_eq!(
         m("kafka_producer_events_total", "outcome=\"queued\"").await,
@@ -147,7 +147,12 @@ async fn a_dead_broker_never_fails_an_extraction_and_what_was_queued_arrives() {
     assert_eq!(m("kafka_producer_queue_events", "").await, QUEUE as f64);
     // No extraction failed: the gateway counted only 200s.
     assert_eq!(
-        Lab::metric(&lab.gateway.url, "gateway_requests_total", "status=\"200\"").await,
+        Lab::metric(
+            &lab.gateway.admin,
+            "gateway_requests_total",
+            "status=\"200\""
+        )
+        .await,
         (5 + DOWN) as f64
     );
 

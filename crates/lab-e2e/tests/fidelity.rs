@@ -37,7 +37,7 @@ async fn lab() -> (Lab, String) {
 /// Send `REQUESTS` distinct one-span documents at once; return entity-service's inbound count
 /// for them, once every orphaned legacy loop has finished.
 async fn phase(lab: &Lab, key: &str, tag: &str) -> f64 {
-    let entity = &lab.entity_services[0].url;
+    let entity = &lab.entity_services[0].admin;
     let before = Lab::metric(entity, "entity_service_requests_total", "").await;
     for wave in (0..REQUESTS).collect::<Vec<_>>().chunks(WAVE) {
         let calls = wave.iter().map(|i| {
@@ -98,7 +98,7 @@ async fn resilient_dependency_dead_stays_below_1_1x_without_abandoned_work() {
     println!("resilient: healthy {healthy:.2}/request, dead {dead:.2}/request, amplification {ratio:.2}x");
     assert!(ratio <= 1.1, "the fix must hold: {ratio:.2}x");
     let abandoned = Lab::metric(
-        &lab.entity_services[0].url,
+        &lab.entity_services[0].admin,
         "entity_service_abandoned_requests_total",
         "",
     )

@@ -30,7 +30,7 @@ async fn every_metric_name_in_rules_and_dashboards_is_exported() {
     // The worker's per-partition lag exists once it owns partitions and has measured them.
     let mut measured = false;
     for _ in 0..100 {
-        let text = reqwest::get(format!("{}/metrics", worker.url))
+        let text = reqwest::get(format!("{}/metrics", worker.admin))
             .await
             .unwrap()
             .text()
@@ -48,10 +48,10 @@ async fn every_metric_name_in_rules_and_dashboards_is_exported() {
     );
 
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let mut urls = vec![lab.gateway.url.clone()];
-    urls.extend(lab.orchestrators.iter().map(|o| o.url.clone()));
-    urls.extend(lab.entity_services.iter().map(|e| e.url.clone()));
-    urls.push(worker.url.clone());
+    let mut urls = vec![lab.gateway.admin.clone()];
+    urls.extend(lab.orchestrators.iter().map(|o| o.admin.clone()));
+    urls.extend(lab.entity_services.iter().map(|e| e.admin.clone()));
+    urls.push(worker.admin.clone());
     let out = tokio::process::Command::new("bash")
         .arg(root.join("scripts/metric-names-check.sh"))
         .args(&urls)

@@ -38,14 +38,14 @@ async fn legacy_mode_sends_nine_requests_per_user_request_to_a_failing_entity_se
         9,
         "3 x 3 attempts reach entity-service"
     );
-    let orch = &lab.orchestrators[0].url;
+    let orch = &lab.orchestrators[0].admin;
     assert_eq!(Lab::metric(orch, "entity_requests_total", "").await, 9.0);
     assert!(
         Lab::metric(orch, "otel_span_orphaned_total", "").await >= 2.0,
         "the loops under the timed-out gateway attempts outlived their callers"
     );
     assert_eq!(
-        Lab::metric(&lab.gateway.url, "gateway_upstream_retries_total", "").await,
+        Lab::metric(&lab.gateway.admin, "gateway_upstream_retries_total", "").await,
         2.0
     );
 }
@@ -125,7 +125,7 @@ async fn flipping_client_mode_changes_every_replica_without_a_restart() {
         "legacy: 9 calls per user request on every replica"
     );
     for o in &lab.orchestrators {
-        let served = Lab::metric(&o.url, "orchestrator_requests_total", "").await;
+        let served = Lab::metric(&o.admin, "orchestrator_requests_total", "").await;
         assert!(
             served >= 2.0,
             "{} took part in both phases ({served} requests)",
@@ -150,7 +150,7 @@ async fn legacy_deep_readiness_evicts_every_replica_when_the_dependency_fails() 
         .await;
     tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     assert_eq!(
-        Lab::metric(&lab.gateway.url, "gateway_upstream_ready", "").await,
+        Lab::metric(&lab.gateway.admin, "gateway_upstream_ready", "").await,
         2.0,
         "shallow probes keep healthy processes in rotation"
     );
@@ -160,7 +160,7 @@ async fn legacy_deep_readiness_evicts_every_replica_when_the_dependency_fails() 
     // (a few hundred ms at the tests' 100 ms probe period) take each replica out.
     let mut ready = 2.0;
     for _ in 0..400 {
-        ready = Lab::metric(&lab.gateway.url, "gateway_upstream_ready", "").await;
+        ready = Lab::metric(&lab.gateway.admin, "gateway_upstream_ready", "").await;
         if ready == 0.0 {
             break;
         }
@@ -198,7 +198,7 @@ async fn the_hotfix_canary_serves_its_share_with_the_fixed_stack_end_to_end() {
     let n = settle(&stub, 1).await;
     assert!((1..=3).contains(&n), "canary request: {n} calls");
     assert_eq!(
-        Lab::metric(&lab.gateway.url, "gateway_upstream_retries_total", "").await,
+        Lab::metric(&lab.gateway.admin, "gateway_upstream_retries_total", "").await,
         0.0,
         "the gateway's policy for the canary request is the fixed one"
     );

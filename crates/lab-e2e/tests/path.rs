@@ -81,7 +81,7 @@ async fn extract_returns_resolved_entities_with_char_offsets_and_caches_them() {
     assert_eq!(body["entities"][0]["confidence"], 1.0);
 
     // The same document again is answered from the orchestrator's cache: no new calls.
-    let orch = &lab.orchestrators[0].url;
+    let orch = &lab.orchestrators[0].admin;
     let calls_before = Lab::metric(orch, "entity_requests_total", "").await;
     let resp = lab
         .extract(
@@ -96,7 +96,12 @@ async fn extract_returns_resolved_entities_with_char_offsets_and_caches_them() {
     );
     assert!(Lab::metric(orch, "orchestrator_cache_requests_total", "result=\"hit\"").await >= 4.0);
     assert_eq!(
-        Lab::metric(&lab.gateway.url, "gateway_requests_total", "status=\"200\"").await,
+        Lab::metric(
+            &lab.gateway.admin,
+            "gateway_requests_total",
+            "status=\"200\""
+        )
+        .await,
         2.0
     );
 }
@@ -233,7 +238,12 @@ async fn extract_rejects_hostile_input_with_json_errors() {
             .is_some_and(|m| !m.is_empty()));
     }
     assert_eq!(
-        Lab::metric(&lab.orchestrators[0].url, "orchestrator_requests_total", "").await,
+        Lab::metric(
+            &lab.orchestrators[0].admin,
+            "orchestrator_requests_total",
+            ""
+        )
+        .await,
         0.0,
         "nothing invalid reaches the orchestrator"
     );
@@ -312,7 +322,7 @@ async fn gateway_keeps_serving_from_the_surviving_orchestrator() {
         "every request after the kill is served by the other replica"
     );
     let ready = Lab::metric(
-        &lab.gateway.url,
+        &lab.gateway.admin,
         "gateway_upstream_ready",
         &format!("endpoint=\"{killed}\""),
     )
@@ -320,7 +330,7 @@ async fn gateway_keeps_serving_from_the_surviving_orchestrator() {
     assert_eq!(ready, 0.0, "the dead replica is out of rotation");
     assert!(
         Lab::metric(
-            &lab.orchestrators[1].url,
+            &lab.orchestrators[1].admin,
             "orchestrator_requests_total",
             "status=\"200\""
         )
@@ -383,7 +393,7 @@ async fn a_verified_key_keeps_working_while_the_key_store_is_unreachable() {
         200,
         "fail static, not an outage of the public API"
     );
-    assert!(Lab::metric(&lab.gateway.url, "gateway_auth_total", "result=\"stale\"").await >= 1.0);
+    assert!(Lab::metric(&lab.gateway.admin, "gateway_auth_total", "result=\"stale\"").await >= 1.0);
     // A key never verified has no answer to fall back on.
     let unknown = lab
         .extract(
@@ -409,7 +419,7 @@ async fn a_resilient_orchestrator_warms_its_cache_on_boot() {
         },
     )
     .await;
-    let orch = &lab.orchestrators[0].url;
+    let orch = &lab.orchestrators[0].admin;
     let warmed = Lab::metric(orch, "orchestrator_cache_warmup_entries", "").await;
     assert!(warmed > 0.0, "resilient mode warms up on boot");
     assert_eq!(
@@ -417,7 +427,7 @@ async fn a_resilient_orchestrator_warms_its_cache_on_boot() {
         1.0
     );
     // A span naming a warmed entity is a cache hit at once: the first document costs no lookup.
-    let es = &lab.entity_services[0].url;
+    let es = &lab.entity_services[0].admin;
     let before = Lab::metric(es, "entity_service_requests_total", "").await;
     let resp = lab
         .extract(

@@ -36,7 +36,7 @@ async fn attempts(config: Option<std::path::PathBuf>) -> (f64, f64) {
             .await;
         assert!(resp.status().is_server_error(), "{}", resp.status());
     }
-    let orch = &lab.orchestrators[0].url;
+    let orch = &lab.orchestrators[0].admin;
     (
         Lab::metric(orch, "entity_requests_total", "").await,
         Lab::metric(orch, "entity_retries_total", "").await,

@@ -66,7 +66,7 @@ async fn concurrent_requests_of_one_tenant_pass_exactly_the_burst_and_tenants_ar
     // Tenant 2 (50 rps, burst 50) is untouched by tenant 1's exhaustion.
     let (ok, limited) = burst(&lab.gateway.url, &b, 12).await;
     assert_eq!((ok, limited), (12, 0));
-    let limited_total = Lab::metric(&lab.gateway.url, "gateway_rate_limited_total", "").await;
+    let limited_total = Lab::metric(&lab.gateway.admin, "gateway_rate_limited_total", "").await;
     assert_eq!(limited_total, 11.0);
 }
 
@@ -160,7 +160,7 @@ async fn redis_down_fails_open_and_counts_then_limiting_resumes() {
         "Redis down: the documented policy is fail open"
     );
     let fail_open = Lab::metric(
-        &lab.gateway.url,
+        &lab.gateway.admin,
         "gateway_ratelimit_decisions_total",
         "decision=\"fail_open\"",
     )

@@ -267,7 +267,7 @@ async fn legacy_retry_loop_outlives_the_request_in_the_users_trace() {
         for_nobody, 2,
         "attempts 1 and 2 began after their caller had gone"
     );
-    let orch = &lab.orchestrators[0].url;
+    let orch = &lab.orchestrators[0].admin;
     assert!(
         Lab::metric(orch, "otel_span_orphaned_total", "").await >= 1.0,
         "the orphan is counted as well as drawn"
@@ -325,7 +325,7 @@ async fn resilient_work_ends_with_the_request_and_orphans_nothing() {
             );
         }
     }
-    let orch = &lab.orchestrators[0].url;
+    let orch = &lab.orchestrators[0].admin;
     // The hang-up did reach the client (so the zero below is not vacuous)...
     assert!(Lab::metric(orch, "entity_abandoned_total", "").await >= 1.0);
     // ...and nothing it had started outlived it.

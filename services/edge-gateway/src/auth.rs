@@ -63,6 +63,8 @@ pub struct KeyStore {
     /// refused (503, retry later) — while every key already cached keeps authenticating without
     /// asking PostgreSQL.
     first_lookups: tokio::sync::Semaphore,
+    /// `auth.flood_guard`: the two bounds above (see [`KeyStore::with_flood_guard`]).
+    flood_guard: bool,
     outcomes: IntCounterVec,
 }
 
@@ -148,6 +150,7 @@ impl KeyStore {
             cache: Mutex::new(HashMap::new()),
             unknown: Mutex::new(Negative::new(UNKNOWN_CAPACITY)),
             first_lookups: tokio::sync::Semaphore::new(FIRST_LOOKUPS),
+            flood_guard: true,
             outcomes: metrics.counter_vec(
                 "gateway_auth_total",
                 "Authentication decisions, by result (ok, stale: verified from a cached answer while \
@@ -157,6 +160,21 @@ impl KeyStore {
                 &["result"],
             ),
         }
+    }
+
+    /// `auth.flood_guard = false` puts back the key store as it was before the flood was bounded,
+    /// so the lab can measure both on one binary (scripts/flood-check.sh):
+    ///
+    /// LAB-BUG(auth-flood): every never-seen key id queues for the 4-connection pool alongside
+    /// real tenants' refreshes, and unknown ids share the known keys' cache, whose upkeep past
+    /// 100,000 entries is an O(n) `retain` under a std mutex on a runtime thread, on every insert.
+    ///
+    /// LAB-FIX(auth-flood), the default: unknown ids in their own O(1) ring ([`Negative`]); at
+    /// most [`FIRST_LOOKUPS`] lookups of never-seen ids at once, each waiting at most
+    /// `refresh_timeout` for its turn, then refused `busy`.
+    pub fn with_flood_guard(mut self, on: bool) -> Self {
+        self.flood_guard = on;
+        self
     }
 
     /// Verify the `Authorization` header value.
@@ -221,6 +239,7 @@ impl KeyStore {
             }
         }
         if previous.is_none()
+            && self.flood_guard
             && self
                 .unknown
                 .lock()
@@ -236,6 +255,7 @@ impl KeyStore {
         // gateway's whole key set in about one.)
         let _first = match previous {
             Some(_) => None,
+            None if !self.flood_guard => None,
             None => match tokio::time::timeout(self.refresh_timeout, self.first_lookups.acquire())
                 .await
             {
@@ -304,7 +324,7 @@ impl KeyStore {
             },
             _ => Cached::Refused,
         };
-        if matches!(cached, Cached::Refused) && previous.is_none() {
+        if matches!(cached, Cached::Refused) && previous.is_none() && self.flood_guard {
             // Not a key PostgreSQL knows: remembered apart, in O(1).
             self.unknown.lock().expect("auth cache lock").insert(key_id);
             return Ok((cached, false));

@@ -1,6 +1,6 @@
 //! edge-gateway configuration (see `config/defaults.toml` for every value and its why).
 
-use lab_core::server::HttpSettings;
+use lab_core::server::{AdminSettings, HttpSettings};
 use serde::Deserialize;
 
 pub const DEFAULTS: &str = include_str!("../config/defaults.toml");
@@ -8,6 +8,7 @@ pub const DEFAULTS: &str = include_str!("../config/defaults.toml");
 #[derive(Debug, Clone, Deserialize)]
 pub struct Settings {
     pub http: HttpSettings,
+    pub admin: AdminSettings,
     pub database: DatabaseSettings,
     pub auth: AuthSettings,
     pub budget: BudgetSettings,
@@ -39,6 +40,9 @@ pub struct AuthSettings {
     pub cache_ttl_ms: u64,
     pub stale_ttl_ms: u64,
     pub refresh_timeout_ms: u64,
+    /// Bound what never-seen key ids may cost (src/auth.rs, `KeyStore::with_flood_guard`);
+    /// `false` reproduces the unbounded key store, for measuring a flood before and after.
+    pub flood_guard: bool,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -51,6 +55,10 @@ pub struct BudgetSettings {
 #[serde(deny_unknown_fields)]
 pub struct UpstreamSettings {
     pub orchestrators: String,
+    /// Each orchestrator's admin listener, in the order of `orchestrators`: the readiness probe
+    /// goes there (`/readyz` is not served on the port requests use).
+    #[serde(default)]
+    pub orchestrators_admin: String,
     /// A file listing the orchestrator URLs, one per line, re-read before every round of probes
     /// (the native lab's Endpoints: `labctl scale` adds replicas there). Set: it replaces
     /// `orchestrators`.
@@ -65,6 +73,20 @@ pub struct UpstreamSettings {
 impl UpstreamSettings {
     pub fn url_list(&self) -> Vec<String> {
         lab_core::config::url_list(&self.orchestrators)
+    }
+
+    /// Each orchestrator with its admin URL (`orchestrators` zipped with `orchestrators_admin`).
+    pub fn endpoint_list(&self) -> anyhow::Result<Vec<(String, String)>> {
+        let urls = self.url_list();
+        let admins = lab_core::config::url_list(&self.orchestrators_admin);
+        anyhow::ensure!(
+            urls.len() == admins.len(),
+            "upstream.orchestrators_admin must list one admin URL per orchestrator, in the same \
+             order (LAB_UPSTREAM__ORCHESTRATORS_ADMIN): {} orchestrators, {} admin URLs",
+            urls.len(),
+            admins.len()
+        );
+        Ok(urls.into_iter().zip(admins).collect())
     }
 }
 
@@ -104,6 +126,14 @@ impl Settings {
     }
 
     pub fn validate(&self) -> anyhow::Result<()> {
+        if self
+            .upstream
+            .orchestrators_file
+            .as_deref()
+            .is_none_or(str::is_empty)
+        {
+            self.upstream.endpoint_list()?;
+        }
         anyhow::ensure!(
             !self.upstream.url_list().is_empty()
                 || self

@@ -22,7 +22,7 @@ use utoipa::{Modify, OpenApi};
                        mentions with character offsets. Every request has a 3 s budget; every \
                        error is `{\"error\": {\"code\", \"message\"}}`.",
     ),
-    paths(crate::extract::extract, livez, readyz, metrics, openapi_json),
+    paths(crate::extract::extract, openapi_json),
     components(schemas(
         schema::ExtractRequest,
         schema::ExtractResponse,
@@ -30,12 +30,12 @@ use utoipa::{Modify, OpenApi};
         schema::EntityRef,
         schema::ErrorBody,
         schema::ErrorDetail,
-        schema::ReadyStatus,
     )),
     modifiers(&EdgeConventions),
     tags(
         (name = "extraction", description = "The product: entities in a document."),
-        (name = "operations", description = "Probes, metrics and this document; no API key."),
+        (name = "operations", description = "This document; no API key. (Probes and metrics are on \
+                                             the admin listener, not on this port.)"),
     )
 )]
 pub struct ApiDoc;
@@ -155,31 +155,6 @@ pub async fn openapi_json(
         .into_response()
 }
 
-// The probes and /metrics are served by lab-core for every service; these stubs only carry their
-// documentation.
-
-/// Liveness: the process serves HTTP.
-#[utoipa::path(get, path = "/livez", tag = "operations",
-    responses((status = 200, description = "Alive (empty body).")))]
-#[allow(dead_code)]
-fn livez() {}
-
-/// Readiness: the gateway takes traffic (not started yet or draining after SIGTERM: 503).
-#[utoipa::path(get, path = "/readyz", tag = "operations", responses(
-    (status = 200, description = "Ready.", body = schema::ReadyStatus),
-    (status = 503, description = "Starting or draining.", body = schema::ReadyStatus),
-))]
-#[allow(dead_code)]
-fn readyz() {}
-
-/// Prometheus metrics (`gateway_requests_total`, `gateway_request_duration_seconds`, ...).
-#[utoipa::path(get, path = "/metrics", tag = "operations", responses(
-    (status = 200, description = "Prometheus text exposition format 0.0.4.", body = String,
-     content_type = "text/plain"),
-))]
-#[allow(dead_code)]
-fn metrics() {}
-
 /// Mirrors of the `lab-api` wire types the public API exposes, with the gateway's validation
 /// rules as schema constraints (the defaults of `[limits]`; a test keeps them equal).
 pub mod schema {
@@ -257,11 +232,5 @@ pub mod schema {
         pub code: String,
         /// For humans; never a stack trace.
         pub message: String,
-    }
-
-    /// `/readyz`'s body: `ready`, or why not (`starting`, `draining`).
-    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-    pub struct ReadyStatus {
-        pub status: String,
     }
 }

@@ -46,13 +46,16 @@ impl Application {
             .max_connections(settings.database.pool_size)
             .acquire_timeout(Duration::from_secs(2))
             .connect_lazy(&settings.database.url)?;
-        let keys = Arc::new(KeyStore::new(
-            pool,
-            Duration::from_millis(settings.auth.cache_ttl_ms),
-            Duration::from_millis(settings.auth.stale_ttl_ms),
-            Duration::from_millis(settings.auth.refresh_timeout_ms),
-            &metrics,
-        ));
+        let keys = Arc::new(
+            KeyStore::new(
+                pool,
+                Duration::from_millis(settings.auth.cache_ttl_ms),
+                Duration::from_millis(settings.auth.stale_ttl_ms),
+                Duration::from_millis(settings.auth.refresh_timeout_ms),
+                &metrics,
+            )
+            .with_flood_guard(settings.auth.flood_guard),
+        );
         let flags = settings.flags.watch(&metrics).await?;
         let limiter = crate::ratelimit::RateLimiter::new(settings.ratelimit.clone(), &metrics)?;
         let upstreams = Upstreams::new(settings.upstream.clone(), &metrics)?;
@@ -97,12 +100,18 @@ impl Application {
             .route("/openapi.json", get(crate::openapi::openapi_json))
             .with_state(Arc::<str>::from(crate::openapi::document()));
         let api = api.merge(docs);
-        let server = Server::bind(&settings.http, api, Health::new(), metrics).await?;
+        let server =
+            Server::bind(&settings.http, &settings.admin, api, Health::new(), metrics).await?;
         Ok(Self { server, prober })
     }
 
     pub fn port(&self) -> u16 {
         self.server.port()
+    }
+
+    /// The admin listener's port (`/livez`, `/readyz`, `/metrics`).
+    pub fn admin_port(&self) -> u16 {
+        self.server.admin_port()
     }
 
     pub async fn run_until_stopped(

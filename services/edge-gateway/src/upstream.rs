@@ -1,4 +1,5 @@
-//! The orchestrator replicas behind the gateway, kept in or out of rotation by their `/readyz`.
+//! The orchestrator replicas behind the gateway, kept in or out of rotation by their `/readyz`
+//! (served on each replica's admin listener, not on the port the gateway sends requests to).
 //!
 //! This is what a Kubernetes Service does with its endpoints, so the native lab reproduces the
 //! postmortem's deep-readiness cascade without a cluster: a replica whose readiness fails
@@ -23,15 +24,18 @@ use crate::configuration::UpstreamSettings;
 
 pub struct Endpoint {
     pub url: String,
+    /// The replica's admin listener, where its `/readyz` is.
+    pub admin: String,
     ready: AtomicBool,
     consecutive_failures: AtomicU32,
     consecutive_successes: AtomicU32,
 }
 
 impl Endpoint {
-    fn new(url: String) -> Self {
+    fn new((url, admin): (String, String)) -> Self {
         Endpoint {
             url,
+            admin,
             ready: AtomicBool::new(false),
             consecutive_failures: AtomicU32::new(0),
             consecutive_successes: AtomicU32::new(0),
@@ -71,7 +75,7 @@ impl Upstreams {
         );
         let urls = match &settings.orchestrators_file {
             Some(path) if !path.is_empty() => read_list(path)?,
-            _ => settings.url_list(),
+            _ => settings.endpoint_list()?,
         };
         let endpoints = urls
             .into_iter()
@@ -135,19 +139,23 @@ impl Upstreams {
             }
         };
         let current = self.endpoints();
-        if current.iter().map(|e| &e.url).eq(urls.iter()) {
+        if current
+            .iter()
+            .map(|e| (&e.url, &e.admin))
+            .eq(urls.iter().map(|(u, a)| (u, a)))
+        {
             return;
         }
         let next: Vec<Arc<Endpoint>> = urls
             .into_iter()
-            .map(|u| {
+            .map(|(u, a)| {
                 current
                     .iter()
-                    .find(|e| e.url == u)
+                    .find(|e| e.url == u && e.admin == a)
                     .cloned()
                     .unwrap_or_else(|| {
                         tracing::info!(endpoint = %u, "new replica; in rotation once /readyz passes");
-                        Arc::new(Endpoint::new(u))
+                        Arc::new(Endpoint::new((u, a)))
                     })
             })
             .collect();
@@ -166,7 +174,7 @@ impl Upstreams {
         self.refresh();
         let all = self.endpoints();
         let probes = all.iter().map(|e| async move {
-            let ok = match self.probe.get(format!("{}/readyz", e.url)).send().await {
+            let ok = match self.probe.get(format!("{}/readyz", e.admin)).send().await {
                 Ok(resp) => resp.status().is_success(),
                 Err(_) => false,
             };
@@ -209,14 +217,18 @@ impl Upstreams {
     }
 }
 
-/// One URL per line (blank lines and `#` comments ignored).
-fn read_list(path: &str) -> anyhow::Result<Vec<String>> {
+/// One replica per line, `<url> <admin url>` (blank lines and `#` comments ignored).
+fn read_list(path: &str) -> anyhow::Result<Vec<(String, String)>> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| anyhow::anyhow!("reading the endpoints file {path}: {e}"))?;
-    Ok(text
-        .lines()
+    text.lines()
         .map(str::trim)
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .map(str::to_string)
-        .collect())
+        .map(|l| match l.split_whitespace().collect::<Vec<_>>()[..] {
+            [url, admin] => Ok((url.to_string(), admin.to_string())),
+            _ => anyhow::bail!(
+                "endpoints file {path}: expected `<url> <admin url>` per line, got {l:?}"
+            ),
+        })
+        .collect()
 }

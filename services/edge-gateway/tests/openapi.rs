@@ -358,14 +358,21 @@ async fn openapi_json_is_served_unauthenticated_and_is_the_document() {
         resp.text().await.unwrap(),
         edge_gateway::openapi::document()
     );
+    // The admin surface is not on the public port, and not in the public document: a user who
+    // can reach /v1/extract cannot read the fleet's internals (replica URLs, live flags).
     let doc = doc();
     for path in ["/readyz", "/livez", "/metrics"] {
-        let resp = reqwest::get(format!("{}{path}", lab.gateway.url))
+        assert!(
+            doc["paths"].get(path).is_none(),
+            "{path} is in the public document"
+        );
+        let public = reqwest::get(format!("{}{path}", lab.gateway.url))
             .await
             .unwrap();
-        let status = resp.status().as_u16();
-        let headers = resp.headers().clone();
-        let body = resp.bytes().await.unwrap();
-        assert_conforms(&doc, "get", path, status, &headers, &body);
+        assert_eq!(public.status(), 404, "{path} on the public port");
+        let admin = reqwest::get(format!("{}{path}", lab.gateway.admin))
+            .await
+            .unwrap();
+        assert_eq!(admin.status(), 200, "{path} on the admin listener");
     }
 }

@@ -73,6 +73,7 @@ async fn main() -> anyhow::Result<()> {
 
     let mut s = enrichment::Settings::defaults()?;
     s.http.port = 0;
+    s.admin.port = 0;
     s.database.url = db.url.clone();
     s.kafka.brokers = brokers.clone();
     s.kafka.topic = topic.clone();

@@ -34,7 +34,14 @@ impl Application {
         let flags = settings.flags.watch(&metrics).await?;
         let consumer = worker::consumer(&settings, WorkerMetrics::new(&metrics))?;
         let offsets_reader = worker::offsets_reader(&settings)?;
-        let server = Server::bind(&settings.http, Router::new(), Health::new(), metrics).await?;
+        let server = Server::bind(
+            &settings.http,
+            &settings.admin,
+            Router::new(),
+            Health::new(),
+            metrics,
+        )
+        .await?;
         Ok(Self {
             server,
             drain: Duration::from_secs(settings.http.drain_seconds),
@@ -50,6 +57,11 @@ impl Application {
 
     pub fn port(&self) -> u16 {
         self.server.port()
+    }
+
+    /// The admin listener's port (`/livez`, `/readyz`, `/metrics`).
+    pub fn admin_port(&self) -> u16 {
+        self.server.admin_port()
     }
 
     /// Work until `shutdown` resolves; then finish the event in hand, commit, leave the group.

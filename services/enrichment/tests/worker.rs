@@ -18,9 +18,10 @@ struct Worker {
 impl Worker {
     /// The `enrichment` binary, configured only through its environment as in production.
     fn spawn(db: &str, brokers: &str, topic: &str, group: &str, redis: &str, ns: &str) -> Worker {
-        let port = free_port();
+        let (port, admin) = (free_port(), free_port());
         let child = Command::new(env!("CARGO_BIN_EXE_enrichment"))
             .env("LAB_HTTP__PORT", port.to_string())
+            .env("LAB_ADMIN__PORT", admin.to_string())
             .env("LAB_DATABASE__URL", db)
             .env("LAB_KAFKA__BROKERS", brokers)
             .env("LAB_KAFKA__TOPIC", topic)
@@ -38,9 +39,10 @@ impl Worker {
             })
             .spawn()
             .expect("spawn enrichment");
+        // The worker serves no API: everything a test reads is on its admin listener.
         Worker {
             child,
-            url: format!("http://127.0.0.1:{port}"),
+            url: format!("http://127.0.0.1:{admin}"),
         }
     }
 

@@ -1,6 +1,6 @@
 //! entity-service configuration (see `config/defaults.toml` for every value and its why).
 
-use lab_core::server::HttpSettings;
+use lab_core::server::{AdminSettings, HttpSettings};
 use serde::Deserialize;
 
 pub const DEFAULTS: &str = include_str!("../config/defaults.toml");
@@ -8,6 +8,7 @@ pub const DEFAULTS: &str = include_str!("../config/defaults.toml");
 #[derive(Debug, Clone, Deserialize)]
 pub struct Settings {
     pub http: HttpSettings,
+    pub admin: AdminSettings,
     pub database: DatabaseSettings,
     pub resolve: ResolveSettings,
     pub flags: lab_flags::FlagSettings,

@@ -71,12 +71,18 @@ impl Application {
                 svc.http.clone(),
                 metrics::track,
             ));
-        let server = Server::bind(&settings.http, api, Health::new(), metrics).await?;
+        let server =
+            Server::bind(&settings.http, &settings.admin, api, Health::new(), metrics).await?;
         Ok(Self { server })
     }
 
     pub fn port(&self) -> u16 {
         self.server.port()
+    }
+
+    /// The admin listener's port (`/livez`, `/readyz`, `/metrics`).
+    pub fn admin_port(&self) -> u16 {
+        self.server.admin_port()
     }
 
     pub async fn run_until_stopped(

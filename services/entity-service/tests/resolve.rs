@@ -5,18 +5,23 @@ use entity_service::{Application, Settings};
 use lab_api::wire::{MatchMethod, ResolveRequest, ResolveResponse, SpanQuery};
 use testkit::{fixtures, TestDb};
 
-async fn spawn(db: &TestDb) -> String {
+/// The service's public (API) and admin (`/metrics`) base URLs.
+async fn spawn(db: &TestDb) -> (String, String) {
     let mut s = Settings::defaults().unwrap();
     s.http.port = 0;
+    s.admin.port = 0;
     s.database.url = db.url.clone();
     s.database.pool_size = 4;
     // Its own flag namespace: a game day running on this machine must not inject faults here.
     s.flags.namespace = format!("lab-test-{}", std::process::id());
     s.flags.redis_url = testkit::redis_url().await;
     let app = Application::build(s).await.unwrap();
-    let port = app.port();
+    let (port, admin) = (app.port(), app.admin_port());
     tokio::spawn(app.run_until_stopped(std::future::pending()));
-    format!("http://127.0.0.1:{port}")
+    (
+        format!("http://127.0.0.1:{port}"),
+        format!("http://127.0.0.1:{admin}"),
+    )
 }
 
 fn span(normalized: &str, kind: &str) -> SpanQuery {
@@ -54,7 +59,7 @@ async fn resolve(base: &str, req: &ResolveRequest) -> reqwest::Response {
 async fn resolve_matches_exact_then_candidate_and_isolates_tenants() {
     let db = TestDb::new().await;
     seed(&db).await;
-    let base = spawn(&db).await;
+    let (base, _) = spawn(&db).await;
 
     let req = ResolveRequest {
         doc_id: "d1".into(),
@@ -103,7 +108,7 @@ async fn resolve_matches_exact_then_candidate_and_isolates_tenants() {
 #[tokio::test]
 async fn resolve_rejects_bad_input_with_json_errors() {
     let db = TestDb::new().await;
-    let base = spawn(&db).await;
+    let (base, admin) = spawn(&db).await;
     let client = reqwest::Client::new();
 
     let bad_kind = ResolveRequest {
@@ -133,7 +138,7 @@ async fn resolve_rejects_bad_input_with_json_errors() {
     assert_eq!(body["error"]["code"], "not_found");
 
     let metrics = client
-        .get(format!("{base}/metrics"))
+        .get(format!("{admin}/metrics"))
         .send()
         .await
         .unwrap()
@@ -166,7 +171,7 @@ async fn a_budgeted_request_stops_its_query_in_postgres_and_an_unbudgeted_one_do
     use sqlx::{Connection, Executor};
     let db = TestDb::new().await;
     seed(&db).await;
-    let base = spawn(&db).await;
+    let (base, admin) = spawn(&db).await;
     // Hold the table so every lookup blocks inside PostgreSQL — a slow query, for real.
     let mut locker = sqlx::PgConnection::connect(&db.url).await.unwrap();
     locker.execute("BEGIN").await.unwrap();
@@ -229,7 +234,7 @@ async fn a_budgeted_request_stops_its_query_in_postgres_and_an_unbudgeted_one_do
     // PostgreSQL's own view, exported per replica, still shows the backend working.
     let (mut active, mut in_use) = (0.0, -1.0);
     for _ in 0..60 {
-        let text = reqwest::get(format!("{base}/metrics"))
+        let text = reqwest::get(format!("{admin}/metrics"))
             .await
             .unwrap()
             .text()
@@ -262,7 +267,7 @@ fn lab_e2e_free_metric(text: &str, name: &str, labels: &str) -> f64 {
 async fn an_already_spent_budget_is_refused_before_any_work() {
     let db = TestDb::new().await;
     seed(&db).await;
-    let base = spawn(&db).await;
+    let (base, admin) = spawn(&db).await;
     let resp = reqwest::Client::new()
         .post(format!("{base}/v1/resolve"))
         .header("x-request-budget-ms", "0")
@@ -283,7 +288,7 @@ async fn an_already_spent_budget_is_refused_before_any_work() {
     assert!(!row.retryable, "a row the fixed client does not retry");
     let body: serde_json::Value = resp.json().await.unwrap();
     assert_eq!(body["error"]["code"], "budget_refused");
-    let metrics = reqwest::get(format!("{base}/metrics"))
+    let metrics = reqwest::get(format!("{admin}/metrics"))
         .await
         .unwrap()
         .text()
@@ -304,7 +309,7 @@ async fn a_budget_below_the_recent_cost_of_the_work_is_refused_before_any_query(
     use sqlx::{Connection, Executor};
     let db = TestDb::new().await;
     seed(&db).await;
-    let base = spawn(&db).await;
+    let (base, admin) = spawn(&db).await;
     let req = ResolveRequest {
         doc_id: "d".into(),
         tenant: 1,
@@ -342,7 +347,7 @@ async fn a_budget_below_the_recent_cost_of_the_work_is_refused_before_any_query(
     };
     let before = queries(
         &client
-            .get(format!("{base}/metrics"))
+            .get(format!("{admin}/metrics"))
             .send()
             .await
             .unwrap()
@@ -365,7 +370,7 @@ async fn a_budget_below_the_recent_cost_of_the_work_is_refused_before_any_query(
     assert_eq!(body["error"]["code"], "budget_refused");
     let after = queries(
         &client
-            .get(format!("{base}/metrics"))
+            .get(format!("{admin}/metrics"))
             .send()
             .await
             .unwrap()

@@ -124,7 +124,7 @@ async fn measure(
     let urls: Vec<String> = state
         .procs
         .iter()
-        .map(|p| format!("http://127.0.0.1:{}/metrics", p.port))
+        .map(|p| format!("http://127.0.0.1:{}/metrics", p.admin_port))
         .collect();
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(2))

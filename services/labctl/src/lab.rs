@@ -69,7 +69,43 @@ pub struct UpArgs {
     /// orchestrator. Legacy mode ignores it.
     #[arg(long)]
     pub policy: Option<PathBuf>,
+    /// Connect every service as the database's owner instead of its own least-privilege role
+    /// (lab_gateway, lab_entity_service, lab_enrichment; migrations/*_service_roles.sql). The
+    /// roles have no password: natively PostgreSQL trusts loopback (scripts/deps.sh); a
+    /// database that asks for passwords needs this flag, or the roles' passwords set.
+    #[arg(long)]
+    pub no_service_roles: bool,
+    /// Extra environment for one service's replicas, `SERVICE:LAB_<SECTION>__<KEY>=VALUE`
+    /// (repeatable), e.g. `--env edge-gateway:LAB_AUTH__FLOOD_GUARD=false`: any setting of the
+    /// service's configuration, applied after labctl's own (ports, URLs) so it wins.
+    #[arg(long = "env", value_name = "SERVICE:KEY=VALUE")]
+    pub env: Vec<String>,
 }
+
+/// `SERVICE:KEY=VALUE` → (service, key, value), refused with what to write instead.
+fn parse_env_override(s: &str) -> anyhow::Result<(String, String, String)> {
+    let parsed = s.split_once(':').and_then(|(svc, kv)| {
+        let (k, v) = kv.split_once('=')?;
+        Some((svc.trim().to_string(), k.trim().to_string(), v.to_string()))
+    });
+    match parsed {
+        Some((svc, k, v))
+            if SERVICES.contains(&svc.as_str()) && k.starts_with("LAB_") && k.contains("__") =>
+        {
+            Ok((svc, k, v))
+        }
+        _ => anyhow::bail!(
+            "--env {s:?}: write SERVICE:LAB_<SECTION>__<KEY>=VALUE with SERVICE one of {SERVICES:?}"
+        ),
+    }
+}
+
+const SERVICES: [&str; 4] = [
+    "edge-gateway",
+    "orchestrator",
+    "entity-service",
+    "enrichment",
+];
 
 /// Traces kept by the native receiver: at 20 traces a second, the last few minutes — a replay
 /// step and then some — in a few tens of MB.
@@ -149,6 +185,18 @@ pub fn plan(args: &UpArgs, database_url: &str, state_dir: &Path) -> anyhow::Resu
             env.insert("OTEL_BSP_SCHEDULE_DELAY".into(), "1000".into());
         }
     };
+    let db_as = |role: &str| -> anyhow::Result<String> {
+        if args.no_service_roles {
+            Ok(database_url.to_string())
+        } else {
+            lab_db::role_url(database_url, role, None)
+        }
+    };
+    let (gateway_db, entity_db, enrichment_db) = (
+        db_as(lab_db::GATEWAY_ROLE)?,
+        db_as(lab_db::ENTITY_SERVICE_ROLE)?,
+        db_as(lab_db::ENRICHMENT_ROLE)?,
+    );
     let mut procs = Vec::new();
     let entity_ports: Vec<u16> = (0..args.entity_services)
         .map(|i| args.entity_port + i)
@@ -159,12 +207,17 @@ pub fn plan(args: &UpArgs, database_url: &str, state_dir: &Path) -> anyhow::Resu
     for (i, port) in entity_ports.iter().enumerate() {
         let mut env = BTreeMap::new();
         env.insert("LAB_HTTP__PORT".into(), port.to_string());
-        env.insert("LAB_DATABASE__URL".into(), database_url.to_string());
+        env.insert(
+            "LAB_ADMIN__PORT".into(),
+            supervise::admin_port(*port).to_string(),
+        );
+        env.insert("LAB_DATABASE__URL".into(), entity_db.clone());
         passthrough(&mut env);
         procs.push(ProcSpec {
             name: format!("entity-service-{}", i + 1),
             binary: "entity-service".into(),
             port: *port,
+            admin_port: supervise::admin_port(*port),
             env,
         });
     }
@@ -177,6 +230,10 @@ pub fn plan(args: &UpArgs, database_url: &str, state_dir: &Path) -> anyhow::Resu
     for (i, port) in orch_ports.iter().enumerate() {
         let mut env = BTreeMap::new();
         env.insert("LAB_HTTP__PORT".into(), port.to_string());
+        env.insert(
+            "LAB_ADMIN__PORT".into(),
+            supervise::admin_port(*port).to_string(),
+        );
         env.insert("LAB_ENTITY__URLS".into(), entity_urls.clone());
         if let Some(k) = &kafka {
             env.insert("LAB_KAFKA__BROKERS".into(), k.clone());
@@ -195,6 +252,7 @@ pub fn plan(args: &UpArgs, database_url: &str, state_dir: &Path) -> anyhow::Resu
             name: format!("orchestrator-{}", i + 1),
             binary: "orchestrator".into(),
             port: *port,
+            admin_port: supervise::admin_port(*port),
             env,
         });
     }
@@ -203,12 +261,25 @@ pub fn plan(args: &UpArgs, database_url: &str, state_dir: &Path) -> anyhow::Resu
         .map(|p| url(*p))
         .collect::<Vec<_>>()
         .join(",");
+    let orch_admins = orch_ports
+        .iter()
+        .map(|p| url(supervise::admin_port(*p)))
+        .collect::<Vec<_>>()
+        .join(",");
     for i in 0..args.gateways {
         let port = args.gateway_port + i;
         let mut env = BTreeMap::new();
         env.insert("LAB_HTTP__PORT".into(), port.to_string());
-        env.insert("LAB_DATABASE__URL".into(), database_url.to_string());
+        env.insert(
+            "LAB_ADMIN__PORT".into(),
+            supervise::admin_port(port).to_string(),
+        );
+        env.insert("LAB_DATABASE__URL".into(), gateway_db.clone());
         env.insert("LAB_UPSTREAM__ORCHESTRATORS".into(), orch_urls.clone());
+        env.insert(
+            "LAB_UPSTREAM__ORCHESTRATORS_ADMIN".into(),
+            orch_admins.clone(),
+        );
         // The supervisor's endpoints file: replicas added by `labctl scale` join the rotation
         // without a gateway restart, as a Service gains endpoints.
         env.insert(
@@ -222,6 +293,7 @@ pub fn plan(args: &UpArgs, database_url: &str, state_dir: &Path) -> anyhow::Resu
             name: format!("edge-gateway-{}", i + 1),
             binary: "edge-gateway".into(),
             port,
+            admin_port: supervise::admin_port(port),
             env,
         });
     }
@@ -230,7 +302,11 @@ pub fn plan(args: &UpArgs, database_url: &str, state_dir: &Path) -> anyhow::Resu
             let port = args.enrichment_port + i;
             let mut env = BTreeMap::new();
             env.insert("LAB_HTTP__PORT".into(), port.to_string());
-            env.insert("LAB_DATABASE__URL".into(), database_url.to_string());
+            env.insert(
+                "LAB_ADMIN__PORT".into(),
+                supervise::admin_port(port).to_string(),
+            );
+            env.insert("LAB_DATABASE__URL".into(), enrichment_db.clone());
             env.insert("LAB_KAFKA__BROKERS".into(), k.clone());
             if let Some(g) = &args.enrichment_group {
                 env.insert("LAB_KAFKA__GROUP_ID".into(), g.clone());
@@ -240,8 +316,15 @@ pub fn plan(args: &UpArgs, database_url: &str, state_dir: &Path) -> anyhow::Resu
                 name: format!("enrichment-{}", i + 1),
                 binary: "enrichment".into(),
                 port,
+                admin_port: supervise::admin_port(port),
                 env,
             });
+        }
+    }
+    for o in &args.env {
+        let (svc, k, v) = parse_env_override(o)?;
+        for p in procs.iter_mut().filter(|p| p.binary == svc) {
+            p.env.insert(k.clone(), v.clone());
         }
     }
     Ok(Plan {
@@ -272,6 +355,9 @@ pub async fn up(args: &UpArgs, database_url: &str, state_dir: &Path) -> anyhow::
         ));
     }
     let args = &args;
+    // The services' roles come with the migrations: a database prepared by an older checkout
+    // gets them here, before any service connects as one.
+    lab_db::migrate(database_url).await?;
     let plan = plan(args, database_url, state_dir)?;
     for p in &plan.procs {
         let bin = plan.bin_dir.join(&p.binary);
@@ -280,12 +366,14 @@ pub async fn up(args: &UpArgs, database_url: &str, state_dir: &Path) -> anyhow::
             "{} not found; build the services first (cargo build --release) or pass --bin-dir",
             bin.display()
         );
-        TcpListener::bind(("127.0.0.1", p.port)).with_context(|| {
-            format!(
-                "port {} for {} is in use (another lab? `labctl down`)",
-                p.port, p.name
-            )
-        })?;
+        for (port, what) in [(p.port, "port"), (p.admin_port, "admin port")] {
+            TcpListener::bind(("127.0.0.1", port)).with_context(|| {
+                format!(
+                    "{what} {port} for {} is in use (another lab? `labctl down`)",
+                    p.name
+                )
+            })?;
+        }
     }
     if let Some(t) = &plan.traces {
         for (port, what) in [(t.otlp_port, "--otlp-port"), (t.api_port, "--traces-port")] {
@@ -355,7 +443,7 @@ pub async fn up(args: &UpArgs, database_url: &str, state_dir: &Path) -> anyhow::
         let mut still = Vec::new();
         for p in pending {
             let ok = client
-                .get(format!("{}/readyz", url(p.port)))
+                .get(format!("{}/readyz", url(p.admin_port)))
                 .send()
                 .await
                 .is_ok_and(|r| r.status().is_success());
@@ -366,67 +454,28 @@ pub async fn up(args: &UpArgs, database_url: &str, state_dir: &Path) -> anyhow::
         pending = still;
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    // The enrichment group has formed when its workers own every partition between them. On
-    // tansu a group can be wedged for good (two members that left at once, e.g. a lab stopped
-    // before `labctl down` stopped its consumers one by one): say so instead of leaving a
-    // silently growing lag.
     let workers: Vec<u16> = plan
         .procs
         .iter()
         .filter(|p| p.binary == "enrichment")
-        .map(|p| p.port)
+        .map(|p| p.admin_port)
         .collect();
     if !workers.is_empty() {
-        let partitions = f64::from(lab_api::events::DOC_INGESTED_PARTITIONS);
-        // Formed = every worker owns some partitions and together they own all of them, on polls
-        // spanning more than a heartbeat (2 s): "12 + 0" is a join still in progress.
-        let mut stable_since: Option<Instant> = None;
-        loop {
-            let mut owned = Vec::new();
-            for port in &workers {
-                let mut n = 0.0;
-                if let Ok(r) = client.get(format!("{}/metrics", url(*port))).send().await {
-                    let text = r.text().await.unwrap_or_default();
-                    n = lab_core::exposition::samples(&text)
-                        .filter(|s| s.name == "enrichment_assigned_partitions")
-                        .map(|s| s.value)
-                        .sum::<f64>();
-                }
-                owned.push(n);
-            }
-            let total: f64 = owned.iter().sum();
-            // More workers than partitions: some legitimately own none.
-            let formed = total == partitions
-                && (owned.len() as f64 > partitions || owned.iter().all(|n| *n > 0.0));
-            if formed {
-                let since = *stable_since.get_or_insert_with(Instant::now);
-                if since.elapsed() >= Duration::from_millis(2500) {
-                    break;
-                }
-            } else {
-                stable_since = None;
-            }
-            if Instant::now() >= deadline {
-                bail!(
-                    "the enrichment workers own {owned:?} of {partitions} partitions of \
-                     doc.ingested after {} s: the consumer group did not form. On tansu this is a \
-                     known broker limitation (a group a member left during a rebalance stays \
-                     wedged; scripts/README.md); restart the broker with `scripts/deps.sh \
-                     --restart-kafka`, then `labctl down` and `labctl up` again. Logs: {}",
-                    args.wait_seconds,
-                    state_dir.join("logs").display()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        wait_enrichment_group(&client, &workers, deadline, args.wait_seconds, state_dir).await?;
         println!(
-            "enrichment group formed: {partitions} partitions over {} workers",
+            "enrichment group formed: {} partitions over {} workers",
+            lab_api::events::DOC_INGESTED_PARTITIONS,
             workers.len()
         );
     }
     println!("lab is up:");
     for p in &plan.procs {
-        println!("  {:<18} {}", p.name, url(p.port));
+        println!(
+            "  {:<18} {}  (admin {})",
+            p.name,
+            url(p.port),
+            url(p.admin_port)
+        );
     }
     println!("public API: POST {}/v1/extract", url(args.gateway_port));
     match (
@@ -449,6 +498,61 @@ pub async fn up(args: &UpArgs, database_url: &str, state_dir: &Path) -> anyhow::
         },
     }
     Ok(())
+}
+
+/// Wait until the enrichment workers on `admin_ports` own every partition of doc.ingested between
+/// them, stably (`labctl up`, and `labctl rollout restart enrichment` between workers). On tansu
+/// a group can be wedged for good (two members that left at once, e.g. a lab stopped before
+/// `labctl down` stopped its consumers one by one, or a rollout that stopped the second worker
+/// while the group was still rebalancing): say so instead of leaving a silently growing lag.
+pub async fn wait_enrichment_group(
+    client: &reqwest::Client,
+    admin_ports: &[u16],
+    deadline: Instant,
+    wait_seconds: u64,
+    state_dir: &Path,
+) -> anyhow::Result<()> {
+    let partitions = f64::from(lab_api::events::DOC_INGESTED_PARTITIONS);
+    // Formed = every worker owns some partitions and together they own all of them, on polls
+    // spanning more than a heartbeat (2 s): "12 + 0" is a join still in progress.
+    let mut stable_since: Option<Instant> = None;
+    loop {
+        let mut owned = Vec::new();
+        for port in admin_ports {
+            let mut n = 0.0;
+            if let Ok(r) = client.get(format!("{}/metrics", url(*port))).send().await {
+                let text = r.text().await.unwrap_or_default();
+                n = lab_core::exposition::samples(&text)
+                    .filter(|s| s.name == "enrichment_assigned_partitions")
+                    .map(|s| s.value)
+                    .sum::<f64>();
+            }
+            owned.push(n);
+        }
+        let total: f64 = owned.iter().sum();
+        // More workers than partitions: some legitimately own none.
+        let formed = total == partitions
+            && (owned.len() as f64 > partitions || owned.iter().all(|n| *n > 0.0));
+        if formed {
+            let since = *stable_since.get_or_insert_with(Instant::now);
+            if since.elapsed() >= Duration::from_millis(2500) {
+                return Ok(());
+            }
+        } else {
+            stable_since = None;
+        }
+        if Instant::now() >= deadline {
+            bail!(
+                "the enrichment workers own {owned:?} of {partitions} partitions of \
+                 doc.ingested after {wait_seconds} s: the consumer group did not form. On tansu \
+                 this is a known broker limitation (a group a member left during a rebalance \
+                 stays wedged; scripts/README.md); restart the broker with `scripts/deps.sh \
+                 --restart-kafka`, then `labctl down` and `labctl up` again. Logs: {}",
+                state_dir.join("logs").display()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 pub async fn down(state_dir: &Path) -> anyhow::Result<()> {
@@ -492,12 +596,12 @@ pub async fn status(state_dir: &Path, json: bool) -> anyhow::Result<()> {
     let mut rows = Vec::new();
     for p in &state.procs {
         let ready = client
-            .get(format!("{}/readyz", url(p.port)))
+            .get(format!("{}/readyz", url(p.admin_port)))
             .send()
             .await
             .is_ok_and(|r| r.status().is_success());
         rows.push(serde_json::json!({
-            "name": p.name, "url": url(p.port), "pid": p.pid,
+            "name": p.name, "url": url(p.port), "admin_url": url(p.admin_port), "pid": p.pid,
             "ready": ready, "restarts": p.restarts, "last_exit": p.last_exit,
             "rollouts": p.rollouts, "oom_kills": p.oom_kills,
             "memory_limit_bytes": p.memory_limit_bytes,
@@ -552,4 +656,85 @@ pub async fn status(state_dir: &Path, json: bool) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        up: UpArgs,
+    }
+
+    fn plan_of(args: &[&str]) -> anyhow::Result<Plan> {
+        let cli = Cli::try_parse_from(std::iter::once("up").chain(args.iter().copied()))?;
+        plan(
+            &cli.up,
+            "postgres://postgres@127.0.0.1:5432/retry_storm_lab",
+            Path::new("/tmp/lab-test-state"),
+        )
+    }
+
+    fn env<'a>(p: &'a Plan, name: &str, key: &str) -> Option<&'a str> {
+        p.procs
+            .iter()
+            .find(|s| s.name == name)
+            .and_then(|s| s.env.get(key))
+            .map(String::as_str)
+    }
+
+    #[test]
+    fn every_replica_has_an_admin_port_and_each_service_its_own_role() {
+        let p = plan_of(&["--kafka", "127.0.0.1:9092", "--bin-dir", "/tmp"]).unwrap();
+        for s in &p.procs {
+            assert_eq!(s.admin_port, s.port + 1000, "{}", s.name);
+            assert_eq!(
+                s.env.get("LAB_ADMIN__PORT"),
+                Some(&s.admin_port.to_string())
+            );
+        }
+        assert_eq!(
+            env(&p, "edge-gateway-1", "LAB_UPSTREAM__ORCHESTRATORS_ADMIN"),
+            Some("http://127.0.0.1:9101,http://127.0.0.1:9102")
+        );
+        for (name, role) in [
+            ("edge-gateway-1", "lab_gateway"),
+            ("entity-service-1", "lab_entity_service"),
+            ("enrichment-1", "lab_enrichment"),
+        ] {
+            assert_eq!(
+                env(&p, name, "LAB_DATABASE__URL"),
+                Some(format!("postgres://{role}@127.0.0.1:5432/retry_storm_lab").as_str())
+            );
+        }
+        assert_eq!(env(&p, "orchestrator-1", "LAB_DATABASE__URL"), None);
+        let owner = plan_of(&["--no-service-roles", "--bin-dir", "/tmp"]).unwrap();
+        assert_eq!(
+            env(&owner, "entity-service-1", "LAB_DATABASE__URL"),
+            Some("postgres://postgres@127.0.0.1:5432/retry_storm_lab")
+        );
+    }
+
+    #[test]
+    fn env_overrides_reach_only_the_named_service_and_bad_ones_are_refused() {
+        let p = plan_of(&[
+            "--bin-dir",
+            "/tmp",
+            "--env",
+            "edge-gateway:LAB_AUTH__FLOOD_GUARD=false",
+        ])
+        .unwrap();
+        assert_eq!(
+            env(&p, "edge-gateway-1", "LAB_AUTH__FLOOD_GUARD"),
+            Some("false")
+        );
+        assert_eq!(env(&p, "orchestrator-1", "LAB_AUTH__FLOOD_GUARD"), None);
+        for bad in ["gateway:LAB_A__B=1", "edge-gateway:AUTH=1", "edge-gateway"] {
+            let err = plan_of(&["--bin-dir", "/tmp", "--env", bad]).unwrap_err();
+            assert!(err.to_string().contains("SERVICE:LAB_"), "{bad}: {err}");
+        }
+    }
 }

@@ -59,11 +59,12 @@ async fn ok(state_dir: &Path, cmd: Control) -> anyhow::Result<String> {
     Ok(done.message)
 }
 
-/// Wait until replica `name` runs a process other than `old_pid` and its `/readyz` passes.
+/// Wait until replica `name` runs a process other than `old_pid` and its `/readyz` (on
+/// `admin_port`) passes.
 async fn wait_ready(
     state_dir: &Path,
     name: &str,
-    port: u16,
+    admin_port: u16,
     old_pid: Option<u32>,
 ) -> anyhow::Result<u32> {
     let http = reqwest::Client::builder()
@@ -76,7 +77,7 @@ async fn wait_ready(
             .and_then(|p| p.pid);
         if let Some(pid) = pid.filter(|p| Some(*p) != old_pid) {
             let ready = http
-                .get(format!("http://127.0.0.1:{port}/readyz"))
+                .get(format!("http://127.0.0.1:{admin_port}/readyz"))
                 .send()
                 .await
                 .is_ok_and(|r| r.status().is_success());
@@ -91,6 +92,53 @@ async fn wait_ready(
             );
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Wait until every gateway of the lab has the orchestrator on `port` in its rotation
+/// (`gateway_upstream_ready{endpoint}` = 1 on its admin listener).
+async fn wait_in_rotation(state_dir: &Path, port: u16) -> anyhow::Result<()> {
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(1))
+        .build()?;
+    let endpoint = format!("endpoint=\"http://127.0.0.1:{port}\"");
+    let deadline = Instant::now() + READY_WAIT;
+    loop {
+        let gateways: Vec<u16> = supervise::read_state(state_dir)?
+            .map(|s| {
+                s.procs
+                    .into_iter()
+                    .filter(|p| p.binary == "edge-gateway")
+                    .map(|p| p.admin_port)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut all = true;
+        for g in &gateways {
+            let text = match http
+                .get(format!("http://127.0.0.1:{g}/metrics"))
+                .send()
+                .await
+            {
+                Ok(r) => r.text().await.unwrap_or_default(),
+                Err(_) => String::new(),
+            };
+            let ready = lab_core::exposition::samples(&text).any(|s| {
+                s.name == "gateway_upstream_ready" && s.labels.contains(&endpoint) && s.value == 1.0
+            });
+            all &= ready;
+        }
+        if all {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            bail!(
+                "the orchestrator on port {port} was ready but not back in every gateway's \
+                 rotation within {} s; see .lab/logs/edge-gateway-*.log",
+                READY_WAIT.as_secs()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
@@ -112,7 +160,35 @@ pub async fn rollout(state_dir: &Path, cmd: &RolloutCommand) -> anyhow::Result<(
             },
         )
         .await?;
-        let pid = wait_ready(state_dir, &p.name, p.port, p.pid).await?;
+        let pid = wait_ready(state_dir, &p.name, p.admin_port, p.pid).await?;
+        // Ready is not yet routable: the gateways put a replica back in rotation on their next
+        // probe (up to a probe interval later). Stopping the next replica before that leaves a
+        // moment with none in rotation, and requests fail with no_ready_upstream (measured by
+        // scripts/faults-check.sh) — Kubernetes waits for the endpoint, and so does this.
+        if p.binary == "orchestrator" {
+            wait_in_rotation(state_dir, p.port).await?;
+        }
+        // An enrichment worker is ready before it owns a partition: stopping the next one while
+        // the group rebalances wedges the group on tansu for good (measured by
+        // scripts/faults-check.sh: both new workers at 0 partitions, the lag stuck). Wait until
+        // the group owns every partition again, as `labctl up` does.
+        if p.binary == "enrichment" {
+            let workers: Vec<u16> = replicas(state_dir, "enrichment")?
+                .iter()
+                .map(|w| w.admin_port)
+                .collect();
+            let http = reqwest::Client::builder()
+                .timeout(Duration::from_secs(1))
+                .build()?;
+            crate::lab::wait_enrichment_group(
+                &http,
+                &workers,
+                Instant::now() + READY_WAIT,
+                READY_WAIT.as_secs(),
+                state_dir,
+            )
+            .await?;
+        }
         println!(
             "  {} restarted: pid {} -> {pid}, ready after {:.1} s",
             p.name,
@@ -186,7 +262,10 @@ pub async fn scale(state_dir: &Path, service: &str, replicas_wanted: usize) -> a
         let mut spec = template.clone();
         spec.name = format!("{service}-{k}");
         spec.port = port;
+        spec.admin_port = supervise::admin_port(port);
         spec.env.insert("LAB_HTTP__PORT".into(), port.to_string());
+        spec.env
+            .insert("LAB_ADMIN__PORT".into(), spec.admin_port.to_string());
         println!(
             "  {}",
             ok(state_dir, Control::Add { spec: spec.clone() }).await?
@@ -194,7 +273,7 @@ pub async fn scale(state_dir: &Path, service: &str, replicas_wanted: usize) -> a
         added.push(spec);
     }
     for spec in &added {
-        wait_ready(state_dir, &spec.name, spec.port, None).await?;
+        wait_ready(state_dir, &spec.name, spec.admin_port, None).await?;
     }
     println!(
         "{service} scaled {have} -> {replicas_wanted} in {:.1} s (new replicas start cold and join \
@@ -206,7 +285,11 @@ pub async fn scale(state_dir: &Path, service: &str, replicas_wanted: usize) -> a
 
 fn next_free_port(from: u16) -> anyhow::Result<u16> {
     (from..from.saturating_add(200))
-        .find(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok())
+        .find(|p| {
+            [*p, supervise::admin_port(*p)]
+                .iter()
+                .all(|q| std::net::TcpListener::bind(("127.0.0.1", *q)).is_ok())
+        })
         .with_context(|| format!("no free port from {from}"))
 }
 

@@ -23,7 +23,16 @@ pub struct ProcSpec {
     /// Binary name, e.g. `orchestrator`.
     pub binary: String,
     pub port: u16,
+    /// The admin listener (`/livez`, `/readyz`, `/metrics`): [`admin_port`] of `port`.
+    pub admin_port: u16,
     pub env: BTreeMap<String, String>,
+}
+
+/// The native lab's port plan for admin listeners: the public port + 1000 (8080 -> 9080,
+/// 8101 -> 9101, ...), so each replica's two ports are easy to tell apart and never collide
+/// with another tier's public ports (81xx, 82xx, 83xx).
+pub fn admin_port(port: u16) -> u16 {
+    port.saturating_add(1000)
 }
 
 /// What `up` asks the supervisor to run.
@@ -61,6 +70,8 @@ pub struct ProcState {
     pub name: String,
     pub binary: String,
     pub port: u16,
+    #[serde(default)]
+    pub admin_port: u16,
     pub pid: Option<u32>,
     /// Restarts after the replica exited on its own (crash, kill -9, OOM kill).
     pub restarts: u32,
@@ -561,9 +572,9 @@ fn apply(
         }
         Control::Add { spec } => {
             anyhow::ensure!(
-                !procs
-                    .iter()
-                    .any(|p| p.spec.name == spec.name || p.spec.port == spec.port),
+                !procs.iter().any(|p| p.spec.name == spec.name
+                    || p.spec.port == spec.port
+                    || p.spec.admin_port == spec.admin_port),
                 "a replica named {} or on port {} exists already",
                 spec.name,
                 spec.port
@@ -632,7 +643,11 @@ fn write_endpoints(state_dir: &Path, procs: &[Running]) -> anyhow::Result<()> {
     for p in procs {
         let list = by_binary.entry(p.spec.binary.as_str()).or_default();
         if p.stopping != Some(Stopping::Remove) && (p.child.is_some() || p.restart_at.is_some()) {
-            list.push(format!("http://127.0.0.1:{}", p.spec.port));
+            // `<url> <admin url>`: what the gateway's endpoints file reader expects.
+            list.push(format!(
+                "http://127.0.0.1:{} http://127.0.0.1:{}",
+                p.spec.port, p.spec.admin_port
+            ));
         }
     }
     for (binary, urls) in by_binary {
@@ -684,6 +699,7 @@ fn snapshot(procs: &[Running], traces_api: Option<String>) -> State {
                 name: p.spec.name.clone(),
                 binary: p.spec.binary.clone(),
                 port: p.spec.port,
+                admin_port: p.spec.admin_port,
                 pid: p.child.as_ref().map(Child::id),
                 restarts: p.restarts,
                 last_exit: p.last_exit.clone(),

@@ -160,6 +160,8 @@ fn gauge(text: &str, name: &str) -> Option<f64> {
 
 struct Service {
     base: String,
+    /// `/metrics` is on the admin listener.
+    admin: String,
     http: reqwest::Client,
 }
 
@@ -167,6 +169,7 @@ impl Service {
     async fn spawn(db: &TestDb) -> Self {
         let mut s = entity_service::Settings::defaults().unwrap();
         s.http.port = 0;
+        s.admin.port = 0;
         s.database.url = db.url.clone();
         // Four pooled connections, each with its own statement cache and generic plan.
         s.database.pool_size = 4;
@@ -174,16 +177,18 @@ impl Service {
         s.flags.redis_url = testkit::redis_url().await;
         let app = entity_service::Application::build(s).await.unwrap();
         let base = format!("http://127.0.0.1:{}", app.port());
+        let admin = format!("http://127.0.0.1:{}", app.admin_port());
         tokio::spawn(app.run_until_stopped(std::future::pending()));
         Self {
             base,
+            admin,
             http: reqwest::Client::new(),
         }
     }
 
     async fn metrics(&self) -> String {
         self.http
-            .get(format!("{}/metrics", self.base))
+            .get(format!("{}/metrics", self.admin))
             .send()
             .await
             .unwrap()

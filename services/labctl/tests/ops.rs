@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 
 const FAKE: &str = r#"#!/usr/bin/env python3
 import os, http.server
+import threading
 port = int(os.environ["LAB_HTTP__PORT"])
+admin = int(os.environ["LAB_ADMIN__PORT"])
 hog = []
 class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
@@ -24,6 +26,8 @@ class H(http.server.BaseHTTPRequestHandler):
         self.wfile.write(b"ok")
     def log_message(self, *a):
         pass
+# Both listeners, as the real services have: the supervisor probes /readyz on the admin one.
+threading.Thread(target=http.server.HTTPServer(("127.0.0.1", admin), H).serve_forever, daemon=True).start()
 http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
 "#;
 
@@ -92,10 +96,11 @@ fn setup() -> (PathBuf, Supervisor) {
     let tag = format!("{:08x}", rand::random::<u32>());
     let procs: Vec<serde_json::Value> = (1..=2)
         .map(|i| {
-            let port = free_port();
+            let (port, admin) = (free_port(), free_port());
             serde_json::json!({
                 "name": format!("orchestrator-t{tag}-{i}"), "binary": "orchestrator", "port": port,
-                "env": {"LAB_HTTP__PORT": port.to_string()},
+                "admin_port": admin,
+                "env": {"LAB_HTTP__PORT": port.to_string(), "LAB_ADMIN__PORT": admin.to_string()},
             })
         })
         .collect();

@@ -6,7 +6,7 @@ use entity_client::backoff::BASE_BACKOFF;
 use entity_client::{
     hop_table, Backoff, BreakerConfig, Budget, HopTable, Jitter, RetryBudgetConfig,
 };
-use lab_core::server::HttpSettings;
+use lab_core::server::{AdminSettings, HttpSettings};
 use serde::Deserialize;
 
 pub const DEFAULTS: &str = include_str!("../config/defaults.toml");
@@ -14,6 +14,7 @@ pub const DEFAULTS: &str = include_str!("../config/defaults.toml");
 #[derive(Debug, Clone, Deserialize)]
 pub struct Settings {
     pub http: HttpSettings,
+    pub admin: AdminSettings,
     pub entity: EntitySettings,
     pub cache: CacheSettings,
     #[serde(default)]

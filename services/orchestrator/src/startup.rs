@@ -63,7 +63,7 @@ impl Application {
             .layer(axum::middleware::from_fn_with_state(http, metrics::track));
         let health = Health::new();
         health.set_check(readiness_check(entity.clone()));
-        let server = Server::bind(&settings.http, api, health, metrics).await?;
+        let server = Server::bind(&settings.http, &settings.admin, api, health, metrics).await?;
         Ok(Self {
             server,
             cache,
@@ -73,6 +73,11 @@ impl Application {
 
     pub fn port(&self) -> u16 {
         self.server.port()
+    }
+
+    /// The admin listener's port (`/livez`, `/readyz`, `/metrics`).
+    pub fn admin_port(&self) -> u16 {
+        self.server.admin_port()
     }
 
     /// The resolution cache (tests read its size).

@@ -85,7 +85,8 @@ pub fn native_targets(state_dir: &Path) -> anyhow::Result<(Vec<Target>, supervis
         .map(|p| Target {
             service: p.binary.clone(),
             replica: p.name.clone(),
-            url: format!("http://127.0.0.1:{}", p.port),
+            // Scraped: the replica's admin listener, where /metrics is.
+            url: format!("http://127.0.0.1:{}", p.admin_port),
         })
         .collect();
     t.push(Target {

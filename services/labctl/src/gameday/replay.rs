@@ -212,7 +212,7 @@ async fn orchestrator_rss_mb(g: &Globals) -> Option<f64> {
     let mut max: Option<f64> = None;
     for p in state.procs.iter().filter(|p| p.binary == "orchestrator") {
         let text = http
-            .get(format!("http://127.0.0.1:{}/metrics", p.port))
+            .get(format!("http://127.0.0.1:{}/metrics", p.admin_port))
             .send()
             .await
             .ok()?

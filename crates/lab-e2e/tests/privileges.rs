@@ -1,0 +1,142 @@
+//! Least privilege and where tenant isolation rests.
+//!
+//! Each service connects as its own role (migrations/20261201000001_service_roles.sql): the
+//! role can run that service's queries and is refused everything else. The whole path works
+//! with every service on its own role (every `Lab` in these tests runs that way). And the inner
+//! hops trust the tenant id in the request body: whoever can reach an orchestrator can read any
+//! tenant's entities, so isolation between tenants rests on the API key at the edge plus the
+//! network policy that lets only the gateway reach the orchestrators (k8s/README.md).
+
+use lab_e2e::{service_role_url, Lab, LabOptions};
+use serde_json::{json, Value};
+use testkit::{fixtures, TestDb};
+
+/// `Ok(())`, or the SQLSTATE the statement failed with.
+async fn run_as(db: &TestDb, role: &str, sql: &str) -> Result<(), String> {
+    let url = service_role_url(&db.url, role).await;
+    let mut c = lab_db::connect(&url)
+        .await
+        .unwrap_or_else(|e| panic!("{role} cannot even connect: {e:#}"));
+    match sqlx::Executor::execute(&mut c, sql).await {
+        Ok(_) => Ok(()),
+        Err(e) => Err(e
+            .as_database_error()
+            .and_then(|d| d.code())
+            .map_or_else(|| e.to_string(), |c| c.into_owned())),
+    }
+}
+
+const DENIED: &str = "42501"; // insufficient_privilege
+
+#[tokio::test]
+async fn each_service_role_runs_its_own_queries_and_is_refused_the_rest() {
+    let db = TestDb::new().await;
+    fixtures::tenant_with_key(&db.url, 1).await;
+    fixtures::entities(&db.url, &[(10, 1, "organization", "Vega Labs", 100)]).await;
+    let doc = "INSERT INTO enrichment_documents (event_id, tenant_id, doc_id, entities, mentions, \
+               unresolved, extracted_at, kafka_partition, kafka_offset) \
+               VALUES ('e1', 1, 'd1', 0, 0, 0, now(), 0, 0)";
+    let cases: &[(&str, &str, Result<(), &str>)] = &[
+        // The gateway: keys and plans, nothing else.
+        (lab_db::GATEWAY_ROLE, "SELECT k.tenant_id, t.rate_limit_rps FROM api_keys k JOIN tenants t ON t.id = k.tenant_id", Ok(())),
+        (lab_db::GATEWAY_ROLE, "SELECT count(*) FROM entities", Err(DENIED)),
+        (lab_db::GATEWAY_ROLE, "UPDATE tenants SET rate_limit_rps = 1000000", Err(DENIED)),
+        (lab_db::GATEWAY_ROLE, "SELECT count(*) FROM enrichment_documents", Err(DENIED)),
+        // entity-service: entities, read only; never a key hash.
+        (lab_db::ENTITY_SERVICE_ROLE, "SELECT id FROM entities WHERE tenant_id = 1", Ok(())),
+        (lab_db::ENTITY_SERVICE_ROLE, "SELECT state FROM pg_stat_activity", Ok(())),
+        (lab_db::ENTITY_SERVICE_ROLE, "SELECT key_sha256 FROM api_keys", Err(DENIED)),
+        (lab_db::ENTITY_SERVICE_ROLE, "UPDATE entities SET popularity = 0", Err(DENIED)),
+        // enrichment: its own tables; no keys, no entities.
+        (lab_db::ENRICHMENT_ROLE, doc, Ok(())),
+        (lab_db::ENRICHMENT_ROLE, "SELECT key_sha256 FROM api_keys", Err(DENIED)),
+        (lab_db::ENRICHMENT_ROLE, "DELETE FROM entities", Err(DENIED)),
+    ];
+    for (role, sql, want) in cases {
+        let got = run_as(&db, role, sql).await;
+        assert_eq!(
+            got.as_ref().map_err(String::as_str),
+            want.as_ref().map_err(|c| *c),
+            "{role}: {sql}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_path_works_with_every_service_on_its_own_role_and_tenants_stay_apart() {
+    let db = TestDb::new().await;
+    let a = fixtures::tenant_with_key(&db.url, 1).await;
+    let b = fixtures::tenant_with_key(&db.url, 2).await;
+    fixtures::entities(
+        &db.url,
+        &[
+            (10, 1, "organization", "Vega Labs", 100),
+            (20, 2, "organization", "Secret Bank", 100),
+        ],
+    )
+    .await;
+    let opts = LabOptions::default();
+    assert!(opts.service_roles, "labs run least-privilege by default");
+    let lab = Lab::start(db, opts).await;
+    let text = "Vega Labs paid Secret Bank.";
+    let ids = |v: &Value| -> Vec<i64> {
+        v["entities"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["entity"]["id"].as_i64().unwrap())
+            .collect()
+    };
+    let resp = lab
+        .extract(&a.api_key, json!({"doc_id": "d", "text": text}))
+        .await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(
+        ids(&resp.json().await.unwrap()),
+        [10],
+        "tenant 1 sees only its own"
+    );
+    let resp = lab
+        .extract(&b.api_key, json!({"doc_id": "d", "text": text}))
+        .await;
+    assert_eq!(
+        ids(&resp.json().await.unwrap()),
+        [20],
+        "tenant 2 sees only its own"
+    );
+    // The key decides the tenant: a tenant id in the public body is not even accepted.
+    let resp = lab
+        .extract(
+            &a.api_key,
+            json!({"doc_id": "d", "text": text, "tenant_id": 2}),
+        )
+        .await;
+    assert_eq!(
+        resp.status(),
+        400,
+        "tenant_id is not part of the public API"
+    );
+}
+
+#[tokio::test]
+async fn an_inner_hop_trusts_the_tenant_in_the_body_so_isolation_rests_on_the_network() {
+    let db = TestDb::new().await;
+    fixtures::tenant_with_key(&db.url, 1).await;
+    fixtures::tenant_with_key(&db.url, 2).await;
+    fixtures::entities(&db.url, &[(20, 2, "organization", "Secret Bank", 100)]).await;
+    let lab = Lab::start(db, LabOptions::default()).await;
+    // No credentials at all, straight to an orchestrator: tenant 2's entity comes back. This is
+    // by design (the hops are one trust domain), and why only the gateway may reach this port.
+    let resp = reqwest::Client::new()
+        .post(format!("{}/internal/extract", lab.orchestrators[0].url))
+        .json(&json!({"tenant_id": 2, "doc_id": "d", "text": "Secret Bank paid."}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(
+        body["entities"][0]["entity"]["id"], 20,
+        "the orchestrator answers whoever reaches it: isolation is the network's job"
+    );
+}
