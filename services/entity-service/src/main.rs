@@ -1,5 +1,14 @@
 use entity_service::{Application, Settings};
 
+// jemalloc, not glibc's malloc: with glibc, memory a Tokio worker frees goes back to the arena
+// it was allocated from, and a cache that churns (the orchestrator's full LRU, evicting and
+// inserting hundreds of entries a second across workers) keeps growing RSS: measured 125 -> 183
+// MB in 4 minutes after the LRU was full, and much flatter with MALLOC_ARENA_MAX=2 (one arena
+// fewer per thread). docs/reports/soak.md has the run with jemalloc. Every service gets the same
+// allocator, so their memory can be compared.
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     lab_core::telemetry::init("entity-service", "info");
