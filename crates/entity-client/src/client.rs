@@ -306,6 +306,8 @@ impl Client {
 
         let mut sent: u32 = 0;
         let mut last: Option<Error> = None;
+        // The replica the previous attempt went to (see the failover after a refused connection).
+        let mut previous_replica: Option<usize> = None;
         loop {
             // A retry's token and class, held from before the backoff until the retry really
             // goes out: everything that stops it first (a shed, the deadline, the caller leaving
@@ -402,8 +404,27 @@ impl Client {
                 self.metrics.record_retry(class);
             }
             sent += 1;
+            // After a refused connection the next attempt goes to the next replica, not to
+            // whichever one the shared cursor points at (concurrent requests move it, so it may
+            // well be the same dead one again): a replica gone in a rolling restart or a crash
+            // costs a request nothing but a second connect.
+            let replica = match &last {
+                Some(Error::Transport { connect: true, .. }) => {
+                    previous_replica.map(|i| (i + 1) % self.urls.len())
+                }
+                _ => None,
+            }
+            .unwrap_or_else(|| self.next.fetch_add(1, Ordering::Relaxed) % self.urls.len());
+            previous_replica = Some(replica);
             let result = self
-                .attempt(ctx, body.clone(), attempt_budget, controls, sent - 1)
+                .attempt(
+                    ctx,
+                    body.clone(),
+                    attempt_budget,
+                    controls,
+                    sent - 1,
+                    replica,
+                )
                 .await;
             if let Some(slot) = slot.as_mut() {
                 // What the adaptive limit learns from this attempt. Cut by the caller's deadline
@@ -483,8 +504,9 @@ impl Client {
         budget: Duration,
         controls: &Controls,
         n: u32,
+        replica: usize,
     ) -> Result<ResolveResponse, Error> {
-        let url = &self.urls[self.next.fetch_add(1, Ordering::Relaxed) % self.urls.len()];
+        let url = &self.urls[replica];
         let span = spans::attempt(n, url);
         span.record("budget_ms", budget.as_millis() as u64);
         // LAB-FIX(orphaned-work): the request is built and awaited inside the caller's future —
