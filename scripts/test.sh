@@ -2,7 +2,7 @@
 # scripts/test.sh — the one command that runs every check of retry-storm-lab:
 #   scripts/deps.sh (apt packages, PostgreSQL, Redis, tansu), then, failing fast,
 #   cargo fmt --check, cargo clippy -D warnings, the observability and deployment checks,
-#   schemathesis, k6 against a native lab, cargo test.
+#   schemathesis, k6 against a native lab, faults under load (faults-check.sh), cargo test.
 #
 # Usage: scripts/test.sh [extra args for cargo test]
 #   scripts/test.sh                      everything
@@ -91,6 +91,10 @@ run_step schemathesis "a 5xx is a gateway bug; a conformance failure: openapi.js
 # "downstream <= 1.2x ingress" threshold passes in resilient mode and fails in legacy (~1.5 min).
 run_step k6 "see scripts/k6-check.sh's output above (which mode broke the threshold it should keep)" \
     bash scripts/k6-check.sh
+# Real faults under open-loop load in both modes, counts asserted (~6 min): PostgreSQL restarted,
+# Redis down 30 s, kill -9 of an entity-service and of an enrichment worker, rolling restarts.
+run_step faults "see scripts/faults-check.sh's output above and its report (path printed): which fault, which mode, which count" \
+    bash scripts/faults-check.sh
 run_step test "see the failing tests above; services: $DATABASE_URL, $REDIS_URL, $KAFKA_BOOTSTRAP" \
     cargo test --workspace "$@"
 
