@@ -174,7 +174,7 @@ impl Drop for Lab {
                 .enable_all()
                 .build()
             {
-                let _ = rt.block_on(store.reset());
+                let _ = rt.block_on(store.forget());
             }
         })
         .join();
@@ -443,13 +443,14 @@ impl Lab {
     /// One metric's value summed over the given label filter, from a service's `/metrics` (`base`:
     /// its admin URL, [`Running::admin`]).
     pub async fn metric(base: &str, name: &str, label_filter: &str) -> f64 {
-        let text = reqwest::get(format!("{base}/metrics"))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        sum_metric(&text, name, label_filter)
+        let resp = reqwest::get(format!("{base}/metrics")).await.unwrap();
+        // A 404 here is a public URL given for an admin one: loud, not a silent 0.
+        assert!(
+            resp.status().is_success(),
+            "{base}/metrics answered {} (metrics are on the admin listener: Running::admin)",
+            resp.status()
+        );
+        sum_metric(&resp.text().await.unwrap(), name, label_filter)
     }
 }
 

@@ -27,7 +27,7 @@ const RUN_SECONDS: u64 = 10;
 
 /// Handler seconds at entity-service, all and after the end user had gone.
 async fn work(lab: &Lab) -> (f64, f64) {
-    let es = &lab.entity_services[0].url;
+    let es = &lab.entity_services[0].admin;
     (
         Lab::metric(es, "entity_service_busy_seconds_total", "").await,
         Lab::metric(es, "entity_service_abandoned_seconds_total", "").await,
@@ -36,7 +36,7 @@ async fn work(lab: &Lab) -> (f64, f64) {
 
 /// Wait (bounded) until entity-service has no request in flight: the legacy orphans are done.
 async fn drained(lab: &Lab) {
-    let es = &lab.entity_services[0].url;
+    let es = &lab.entity_services[0].admin;
     for _ in 0..120 {
         if Lab::metric(es, "entity_service_requests_in_flight", "").await == 0.0 {
             return;
