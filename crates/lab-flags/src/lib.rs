@@ -11,7 +11,12 @@
 //!   kill switch").
 //! - **Evaluated per request** from an in-memory snapshot: a request never waits on Redis.
 //! - **Last-known values are kept** when Redis is unreachable (the defaults until the first
-//!   successful read), and every change is logged and exported as `lab_flag_variant`.
+//!   successful read), and every change is logged and exported as `lab_flag_variant`. They are
+//!   kept too when Redis answers but has lost its data (restarted without persistence: the hash
+//!   is gone, [`store::WRITTEN_FIELD`] with it) — measured by scripts/faults-check.sh: before
+//!   this, every replica of a legacy lab flipped to resilient when Redis came back empty, with
+//!   nobody setting a flag. `lab_flags_store_empty` says so; the next `labctl flags set` (or
+//!   `reset`) is the source of truth again.
 //!
 //! # Layout
 //! - [`defs`]: parsing and validating the definitions.
@@ -164,6 +169,7 @@ pub struct Flags {
     variant_gauge: IntGaugeVec,
     reloads: IntCounterVec,
     reachable: IntGauge,
+    empty: IntGauge,
 }
 
 impl Flags {
@@ -196,6 +202,10 @@ impl Flags {
             reachable: metrics.gauge(
                 "lab_flags_store_reachable",
                 "1 while the last read of the flag store succeeded; 0 means last-known values are in force",
+            ),
+            empty: metrics.gauge(
+                "lab_flags_store_empty",
+                "1 while the flag store answers but holds no written state (restarted without persistence): last-known values are in force",
             ),
         }
     }
@@ -264,10 +274,24 @@ impl Flags {
 
     /// Read the store and apply what changed.
     pub async fn reload(&self, store: &Store) {
-        match store.read_all().await {
-            Ok(stored) => {
+        match store.read().await {
+            Ok(contents) if !contents.written && contents.values.is_empty() => {
+                // Lost, not reset: keep what we apply. (At startup that is the defaults.)
                 self.reloads.with_label_values(&["ok"]).inc();
                 self.reachable.set(1);
+                if self.empty.get() == 0 {
+                    tracing::warn!(
+                        "the flag store holds nothing (restarted without persistence?); keeping \
+                         last-known values until a flag is set"
+                    );
+                }
+                self.empty.set(1);
+            }
+            Ok(contents) => {
+                let stored = contents.values;
+                self.reloads.with_label_values(&["ok"]).inc();
+                self.reachable.set(1);
+                self.empty.set(0);
                 let old = self.snapshot();
                 let next = old.with_store_values(&stored);
                 if next != *old {

@@ -10,6 +10,20 @@ use futures::Stream;
 pub const DEFAULT_NAMESPACE: &str = "lab";
 // Keys: `<namespace>:flags` (hash: field = flag name, value = variant name) and
 // `<namespace>:flags:changed` (channel: published after every change; payload = the flag name).
+/// A field every write leaves in the hash (`set`, `unset`, `reset`): a hash without it was never
+/// written by labctl or has lost what was written — Redis restarted without persistence (this
+/// lab's Redis keeps nothing on disk), a failover to an empty replica, a hand-run `DEL`. Told
+/// apart from "every flag at its default", which is a hash holding only this field.
+pub const WRITTEN_FIELD: &str = "_written";
+
+/// What the store holds: the flags' values, and whether it has ever been written (and still
+/// remembers it) — see [`WRITTEN_FIELD`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Contents {
+    pub values: BTreeMap<String, String>,
+    pub written: bool,
+}
+
 /// A read of the store may take this long before it counts as a failure: the store is on
 /// loopback or the cluster network, and a slow Redis must never stall a reload loop.
 const OP_TIMEOUT: Duration = Duration::from_millis(500);
@@ -44,9 +58,15 @@ impl Store {
             .context("connecting to the flag store")
     }
 
+    /// The flags' stored values (without [`WRITTEN_FIELD`]).
     pub async fn read_all(&self) -> anyhow::Result<BTreeMap<String, String>> {
+        Ok(self.read().await?.values)
+    }
+
+    /// The flags' stored values and whether the store remembers being written.
+    pub async fn read(&self) -> anyhow::Result<Contents> {
         let mut c = self.conn().await?;
-        let values: BTreeMap<String, String> = tokio::time::timeout(
+        let mut values: BTreeMap<String, String> = tokio::time::timeout(
             OP_TIMEOUT,
             redis::cmd("HGETALL")
                 .arg(&self.hash_key)
@@ -54,7 +74,8 @@ impl Store {
         )
         .await
         .context("reading the flag store timed out")??;
-        Ok(values)
+        let written = values.remove(WRITTEN_FIELD).is_some();
+        Ok(Contents { values, written })
     }
 
     /// Set one flag and tell every watcher. The caller validates against the definitions.
@@ -66,6 +87,8 @@ impl Store {
             .arg(&self.hash_key)
             .arg(flag)
             .arg(variant)
+            .arg(WRITTEN_FIELD)
+            .arg("1")
             .ignore()
             .cmd("PUBLISH")
             .arg(&self.channel)
@@ -86,6 +109,11 @@ impl Store {
             .arg(&self.hash_key)
             .arg(flag)
             .ignore()
+            .cmd("HSET")
+            .arg(&self.hash_key)
+            .arg(WRITTEN_FIELD)
+            .arg("1")
+            .ignore()
             .cmd("PUBLISH")
             .arg(&self.channel)
             .arg(flag)
@@ -96,13 +124,19 @@ impl Store {
         Ok(())
     }
 
-    /// Remove every stored value (all flags back to their defaults) and tell every watcher.
+    /// Remove every stored value (all flags back to their defaults) and tell every watcher. The
+    /// hash keeps [`WRITTEN_FIELD`]: "all defaults" on purpose, not a store that lost its data.
     pub async fn reset(&self) -> anyhow::Result<()> {
         let mut c = self.conn().await?;
         let _: () = redis::pipe()
             .atomic()
             .cmd("DEL")
             .arg(&self.hash_key)
+            .ignore()
+            .cmd("HSET")
+            .arg(&self.hash_key)
+            .arg(WRITTEN_FIELD)
+            .arg("1")
             .ignore()
             .cmd("PUBLISH")
             .arg(&self.channel)
@@ -111,6 +145,18 @@ impl Store {
             .query_async(&mut c)
             .await
             .context("resetting the flag store")?;
+        Ok(())
+    }
+
+    /// Delete the hash outright, [`WRITTEN_FIELD`] too: what a Redis restarted without
+    /// persistence looks like (tests; lab-e2e's cleanup).
+    pub async fn forget(&self) -> anyhow::Result<()> {
+        let mut c = self.conn().await?;
+        let _: () = redis::cmd("DEL")
+            .arg(&self.hash_key)
+            .query_async(&mut c)
+            .await
+            .context("deleting the flag store")?;
         Ok(())
     }
 

@@ -96,3 +96,40 @@ async fn unknown_variants_in_the_store_fall_back_to_the_default() {
     assert!(!flags.snapshot().enabled("retries.gateway.enabled"));
     store.reset().await.unwrap();
 }
+
+/// Redis restarted without persistence answers with an empty hash: that is not "every flag at
+/// its default" (a reset), and the replicas keep what they apply, saying so, until the next set.
+#[tokio::test]
+async fn a_store_that_comes_back_empty_keeps_last_known_values_and_says_so() {
+    let url = testkit::redis_url().await;
+    let store = Store::with_namespace(&url, &namespace()).unwrap();
+    let metrics = lab_core::metrics::Metrics::new();
+    let flags = Flags::watch(store.clone(), Arc::new(Definitions::embedded()), &metrics).await;
+    store.set("client.mode", "legacy").await.unwrap();
+    eventually(|| flags.snapshot().variant("client.mode") == "legacy").await;
+
+    store.forget().await.unwrap(); // what a restarted, empty Redis holds
+    flags.reload(&store).await;
+    assert_eq!(
+        flags.snapshot().variant("client.mode"),
+        "legacy",
+        "an empty store does not flip the mode"
+    );
+    assert!(metrics.render().contains("lab_flags_store_empty 1"));
+
+    // The next write is the source of truth again: what it does not name is at its default.
+    store.set("retries.entity.enabled", "off").await.unwrap();
+    flags.reload(&store).await;
+    assert!(metrics.render().contains("lab_flags_store_empty 0"));
+    assert!(!flags.snapshot().enabled("retries.entity.enabled"));
+    assert_eq!(flags.snapshot().variant("client.mode"), "resilient");
+
+    // A reset is "all defaults" on purpose, not a loss.
+    store.set("client.mode", "legacy").await.unwrap();
+    flags.reload(&store).await;
+    store.reset().await.unwrap();
+    flags.reload(&store).await;
+    assert_eq!(flags.snapshot().variant("client.mode"), "resilient");
+    assert!(metrics.render().contains("lab_flags_store_empty 0"));
+    store.forget().await.unwrap();
+}
