@@ -4,7 +4,8 @@ use entity_service::{Application, Settings};
 // it was allocated from, and a cache that churns (the orchestrator's full LRU, evicting and
 // inserting hundreds of entries a second across workers) keeps growing RSS: measured 125 -> 183
 // MB in 4 minutes after the LRU was full, and much flatter with MALLOC_ARENA_MAX=2 (one arena
-// fewer per thread). docs/reports/soak.md has the run with jemalloc. Every service gets the same
+// fewer per thread). With jemalloc the 30-minute soak's orchestrators held 204 -> 208 and
+// 198 -> 201 MB over the second quarter-hour (docs/reports/soak.md). Every service gets the same
 // allocator, so their memory can be compared.
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
