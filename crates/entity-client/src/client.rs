@@ -306,15 +306,18 @@ impl Client {
 
         let mut sent: u32 = 0;
         let mut last: Option<Error> = None;
-        // The replica the previous attempt went to (see the failover after a refused connection).
+        // The replica the previous attempt went to, and whether it refused the connection (see
+        // the failover below).
         let mut previous_replica: Option<usize> = None;
         loop {
+            let mut refused = false;
             // A retry's token and class, held from before the backoff until the retry really
             // goes out: everything that stops it first (a shed, the deadline, the caller leaving
             // during the sleep) drops the reservation, which refunds the token, and no retry is
             // counted — `entity_retries_total` counts retries that were sent.
             let mut retry: Option<(Option<Reservation<'_>>, &'static str)> = None;
             if let Some(prev) = last.take() {
+                refused = matches!(prev, Error::Transport { connect: true, .. });
                 // LAB-FIX(no-jitter): full jitter, the upper bound doubling per retry.
                 let pause = self.backoff.delay(sent, controls.jitter);
                 let resume = Instant::now() + pause;
@@ -407,14 +410,14 @@ impl Client {
             // After a refused connection the next attempt goes to the next replica, not to
             // whichever one the shared cursor points at (concurrent requests move it, so it may
             // well be the same dead one again): a replica gone in a rolling restart or a crash
-            // costs a request nothing but a second connect.
-            let replica = match &last {
-                Some(Error::Transport { connect: true, .. }) => {
-                    previous_replica.map(|i| (i + 1) % self.urls.len())
-                }
-                _ => None,
-            }
-            .unwrap_or_else(|| self.next.fetch_add(1, Ordering::Relaxed) % self.urls.len());
+            // costs a request nothing but a second connect. (`refused` is read from the previous
+            // error before the backoff consumes it: a first version matched on `last` here, which
+            // is always empty by now, and failed over never — caught by
+            // `resolve_fails_over_past_refusing_replicas_under_concurrency`.)
+            let replica = previous_replica
+                .filter(|_| refused)
+                .map(|i| (i + 1) % self.urls.len())
+                .unwrap_or_else(|| self.next.fetch_add(1, Ordering::Relaxed) % self.urls.len());
             previous_replica = Some(replica);
             let result = self
                 .attempt(
