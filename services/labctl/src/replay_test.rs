@@ -24,6 +24,11 @@ const TENANTS: u64 = 200;
 const OVERLOAD: f64 = 1.5;
 /// Seconds of each open-loop run.
 const RUN_SECONDS: u64 = 10;
+/// The first second of the steady state the failure shares are judged on. A legacy request can
+/// only fail once the gateway's 3 s budget has run out, while the fixed client sheds from the
+/// first second: counted over the whole run, the first 3 s flatter the fixed client's share by
+/// up to a third of the run. From second 4 on, both clients are in the state they stay in.
+const STEADY_FROM: u64 = 4;
 
 /// Handler seconds at entity-service, all and after the end user had gone.
 async fn work(lab: &Lab) -> (f64, f64) {
@@ -60,6 +65,26 @@ impl Measured {
             .map(|(_, v)| v)
             .sum();
         n as f64 / self.report.sent.max(1) as f64
+    }
+    /// Share of the requests sent from [`STEADY_FROM`] on that did not get a 200 (5xx, client
+    /// timeouts and overload alike).
+    fn steady_failed(&self) -> f64 {
+        let (sent, ok) = self
+            .report
+            .per_second
+            .iter()
+            .filter(|s| s.second >= STEADY_FROM)
+            .fold((0u64, 0u64), |(a, b), s| (a + s.sent, b + s.ok));
+        sent.saturating_sub(ok) as f64 / sent.max(1) as f64
+    }
+    /// `second: sent/ok/good` for every second, for the failure message.
+    fn series(&self) -> String {
+        self.report
+            .per_second
+            .iter()
+            .map(|s| format!("{}:{}/{}/{}", s.second, s.sent, s.ok, s.good))
+            .collect::<Vec<_>>()
+            .join(" ")
     }
     fn goodput(&self) -> f64 {
         self.report.per_second.iter().map(|s| s.good).sum::<u64>() as f64 / RUN_SECONDS as f64
@@ -144,39 +169,62 @@ async fn the_real_trigger_storms_the_legacy_lab_and_the_fixed_one_absorbs_it() {
 
     let fail = |m: &Measured| m.fraction(|s| s.starts_with('5') || s.starts_with("client"));
     eprintln!(
-        "legacy: {:.0}% failed, goodput {:.1}/s, abandoned {:.0}% | resilient: {:.0}% failed, \
-         goodput {:.1}/s, abandoned {:.1}%",
+        "legacy: {:.0}% failed ({:.0}% from second {STEADY_FROM}), goodput {:.1}/s, abandoned \
+         {:.0}% | resilient: {:.0}% failed ({:.0}% from second {STEADY_FROM}), goodput {:.1}/s, \
+         abandoned {:.1}%",
         100.0 * fail(&legacy),
+        100.0 * legacy.steady_failed(),
         legacy.goodput(),
         100.0 * legacy.abandoned_share,
         100.0 * fail(&fixed),
+        100.0 * fixed.steady_failed(),
         fixed.goodput(),
         100.0 * fixed.abandoned_share
     );
-    // The storm still happens in legacy mode (the lab must not quietly heal)... At 1.5x the
-    // capacity the fixed client must shed a third of the load at least (measured 24-51%), the
-    // legacy one loses most of it (77-81%): a margin of 15 points holds on both.
+    // Every claim is checked, and all that fail are reported together with the per-second series
+    // (second:sent/ok/good), so one CI run says which part of the picture did not hold.
+    let checks = [
+        // The storm still happens in legacy mode (the lab must not quietly heal)... At 1.5x the
+        // capacity the fixed client must shed a third of the load at least; the legacy one loses
+        // most of it once its callers' budgets run out: 15 points apart in the steady state.
+        (
+            legacy.steady_failed() >= fixed.steady_failed() + 0.15,
+            format!(
+                "legacy fails far more in the steady state: {:.2} vs {:.2}",
+                legacy.steady_failed(),
+                fixed.steady_failed()
+            ),
+        ),
+        (
+            legacy.abandoned_share >= 0.2,
+            format!(
+                "legacy wastes entity-service's work on callers already gone: {:.2}",
+                legacy.abandoned_share
+            ),
+        ),
+        // ...and the fix absorbs it: no work for nobody, and more answers in time.
+        (
+            fixed.abandoned_share <= 0.02,
+            format!("resilient abandons nothing: {:.3}", fixed.abandoned_share),
+        ),
+        (
+            fixed.goodput() >= 1.5 * legacy.goodput(),
+            format!(
+                "resilient goodput {:.1} vs legacy {:.1}",
+                fixed.goodput(),
+                legacy.goodput()
+            ),
+        ),
+    ];
+    let failed: Vec<&String> = checks
+        .iter()
+        .filter(|(ok, _)| !ok)
+        .map(|(_, m)| m)
+        .collect();
     assert!(
-        fail(&legacy) >= fail(&fixed) + 0.15,
-        "legacy fails far more: {:.2} vs {:.2}",
-        fail(&legacy),
-        fail(&fixed)
-    );
-    assert!(
-        legacy.abandoned_share >= 0.2,
-        "legacy wastes entity-service's work on callers already gone: {:.2}",
-        legacy.abandoned_share
-    );
-    // ...and the fix absorbs it: no work for nobody, and more answers in time.
-    assert!(
-        fixed.abandoned_share <= 0.02,
-        "resilient abandons nothing: {:.3}",
-        fixed.abandoned_share
-    );
-    assert!(
-        fixed.goodput() >= 1.5 * legacy.goodput(),
-        "resilient goodput {:.1} vs legacy {:.1}",
-        fixed.goodput(),
-        legacy.goodput()
+        failed.is_empty(),
+        "at {rate:.1} rps (1.5 x a stale capacity of {capacity:.1}): {failed:#?}\nlegacy    {}\nresilient {}",
+        legacy.series(),
+        fixed.series()
     );
 }
