@@ -494,9 +494,11 @@ def analyze(out, modes, rate, tail, profile):
             for s in order:
                 if f"{s}_rollout_rc" in c:
                     n = sum(1 for x in a if service(x) == s)
+                    err = r.fact(f"rollout_{s}_error")
                     check(mode, "rollouts", f"{s}: every replica replaced once (rollouts +1)",
                           c[f"{s}_rollout_rc"] == 0 and c[f"{s}_replicas_rolled"] == n,
-                          f"{c[f'{s}_replicas_rolled']} of {n}")
+                          f"{c[f'{s}_replicas_rolled']} of {n}" +
+                          (f"; labctl rollout exited {c[f'{s}_rollout_rc']}: {err}" if c[f"{s}_rollout_rc"] else ""))
             if mode == "resilient":
                 w = c["windows"]
                 bad = {k: w[k]["failed"] for k in ("orchestrator", "entity-service", "enrichment") if k in w}
@@ -958,6 +960,36 @@ fault_enrichment_kill() {
     fact "$dir" rows_distinct_docs "${r#* }"
 }
 
+# group_timeline DIR SINCE_EPOCH: every enrichment worker's log lines (starts, partitions
+# assigned and revoked, warnings, stops) since SINCE_EPOCH, merged in time order, into
+# DIR/group-timeline.txt and printed: what the consumer group did when a rollout's wait for it
+# failed.
+group_timeline() {
+    python3 - "$STATE/logs" "$2" >"$1/group-timeline.txt" <<'PY' || true
+import glob, json, os, sys
+from datetime import datetime
+since = float(sys.argv[2])
+rows = []
+for f in sorted(glob.glob(os.path.join(sys.argv[1], "enrichment-*.log"))):
+    for line in open(f, errors="replace"):
+        try:
+            e = json.loads(line)
+        except ValueError:
+            continue
+        m = e.get("message", "")
+        if m == "logging initialised":
+            continue
+        t = datetime.fromisoformat(e["timestamp"].replace("Z", "+00:00")).timestamp()
+        if t >= since:
+            extra = {k: v for k, v in e.items() if k not in ("timestamp", "level", "message", "target")}
+            rows.append((t, os.path.basename(f)[:-4], e.get("level", ""), m, extra))
+for t, who, lvl, m, extra in sorted(rows):
+    print(f"{t - since:7.2f}s {who:13} {lvl:5} {m} {json.dumps(extra) if extra else ''}")
+PY
+    say "$MODE: the enrichment group since the load started (seconds from its start):"
+    sed 's/^/    /' "$1/group-timeline.txt" | tail -n 40
+}
+
 fault_rollouts() {
     local dir="$1/rollouts" s rc
     mkdir -p "$dir"
@@ -972,7 +1004,17 @@ fault_rollouts() {
         "${LABCTL[@]}" rollout restart "$s" >"$dir/rollout-$s.log" 2>&1 || rc=$?
         mark "$dir" "rollout-$s-end"
         fact "$dir" "rollout_${s}_rc" "$rc"
-        ((rc == 0)) || { cat "$dir/rollout-$s.log"; say "$MODE: rollout restart $s failed (exit $rc)"; }
+        if ((rc != 0)); then
+            cat "$dir/rollout-$s.log"
+            say "$MODE: rollout restart $s failed (exit $rc)"
+            # What labctl said, for the check's line in the summary (the log above scrolls away).
+            fact "$dir" "rollout_${s}_error" "$(grep -v '^ *$' "$dir/rollout-$s.log" | tail -n 1 | cut -c1-400)"
+            if [[ "$s" == enrichment ]]; then
+                group_timeline "$dir" "$(getfact "$dir" load_t0_epoch)"
+                # The group's last moves, into the summary line too (CI shows the output's tail).
+                fact "$dir" "rollout_${s}_error" "$(getfact "$dir" "rollout_${s}_error") | group, last moves: $(tail -n 8 "$dir/group-timeline.txt" | tr -s ' ' | paste -sd '|')"
+            fi
+        fi
         sleep 1
     done
     wait_load "$dir"
