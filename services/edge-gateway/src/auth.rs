@@ -463,6 +463,62 @@ mod tests {
         assert_eq!(count("refused"), refused_before + 1);
     }
 
+    /// `auth.flood_guard = false` (LAB-BUG(auth-flood)) is the old store, measurably: the same
+    /// flood gets no first-lookup bound (every id is looked up, none `busy`), and the unknown
+    /// ids land in the known keys' cache rather than in a ring of their own.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn without_the_flood_guard_every_unknown_id_is_looked_up_and_cached_with_the_known_keys()
+    {
+        let db = testkit::TestDb::new().await;
+        let key = testkit::fixtures::tenant_with_key(&db.url, 1).await;
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(4)
+            .connect(&db.url)
+            .await
+            .unwrap();
+        let metrics = lab_core::metrics::Metrics::new();
+        // refresh_timeout 0, as above: with the guard this flood is mostly `busy`.
+        let store = std::sync::Arc::new(
+            KeyStore::new(
+                pool,
+                Duration::from_secs(60),
+                Duration::from_secs(300),
+                Duration::ZERO,
+                &metrics,
+            )
+            .with_flood_guard(false),
+        );
+        let real = format!("Bearer {}", key.api_key);
+        assert_eq!(store.authenticate(Some(&real)).await.unwrap().id, 1);
+        let flood: Vec<_> = (0..200u64)
+            .map(|i| {
+                let s = store.clone();
+                tokio::spawn(async move {
+                    let k = format!("Bearer rsl_{:012x}_{:064x}", 0xf00000000000u64 + i, i);
+                    s.authenticate(Some(&k)).await
+                })
+            })
+            .collect();
+        for f in flood {
+            assert!(
+                f.await.unwrap().is_err(),
+                "an unknown key never authenticates"
+            );
+        }
+        let count = |r: &str| store.outcomes.with_label_values(&[r]).get();
+        assert_eq!((count("refused"), count("busy")), (200, 0));
+        assert_eq!(
+            store.unknown.lock().unwrap().len(),
+            0,
+            "no ring of unknown ids"
+        );
+        assert_eq!(
+            store.cache.lock().unwrap().len(),
+            201,
+            "the real key and all 200 unknown ids share one cache"
+        );
+    }
+
     #[test]
     fn parse_key_id_accepts_only_the_documented_shape() {
         assert_eq!(
