@@ -569,13 +569,19 @@ def findings(modes, M, tail):
             kept = [n for n, v in c["after_redis_back"].items() if v == "kept last-known"]
             was = {n: cm[0] for n, cm in c["client_mode"].items()}
             flip = [n for n in rev if was.get(n) != "resilient"]
-            s = (f"**{m}, Redis back empty**: {len(rev)} of {len(c['after_redis_back'])} replicas reverted to the "
-                 f"flag defaults as soon as they could read the store again (it had "
-                 f"{c['redis_hash_fields_after_restart']} fields), {len(kept)} kept their last-known values")
-            if flip:
-                s += f"; client.mode went {was[flip[0]]} → resilient on {len(flip)} replicas with no one setting it"
-            f.append(s + ". During the outage every replica kept its last-known flags; an *empty* store, "
-                     "unlike an unreachable one, reads as \"every flag at its default\".")
+            n, fields = len(c["after_redis_back"]), c["redis_hash_fields_after_restart"]
+            if rev:
+                s = (f"**{m}, Redis back empty**: {len(rev)} of {n} replicas reverted to the flag defaults "
+                     f"as soon as they could read the store again (it had {fields} fields), {len(kept)} kept "
+                     f"their last-known values")
+                if flip:
+                    s += f"; client.mode went {was[flip[0]]} → resilient on {len(flip)} replicas with no one setting it"
+                f.append(s + ". During the outage every replica kept its last-known flags; an *empty* store, "
+                         "unlike an unreachable one, read as \"every flag at its default\".")
+            else:
+                f.append(f"**{m}, Redis back empty**: {len(kept)} of {n} replicas kept their last-known flags "
+                         f"once they could read the store again (it had {fields} fields), as during the "
+                         f"outage: an empty store is not taken for \"every flag at its default\".")
         c = M[m].get("rollouts")
         if c and "windows" in c:
             w = c["windows"]
