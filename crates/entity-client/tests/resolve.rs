@@ -27,12 +27,13 @@ fn config(url: &str) -> ClientConfig {
 }
 
 fn client(stub: &Stub) -> (Client, Metrics) {
+    client_with(config(&stub.url))
+}
+
+/// A client on `config`, with its own metrics registry.
+fn client_with(config: ClientConfig) -> (Client, Metrics) {
     let metrics = Metrics::new();
-    let c = Client::new(
-        config(&stub.url),
-        ClientMetrics::register(&metrics).unwrap(),
-    )
-    .expect("client");
+    let c = Client::new(config, ClientMetrics::register(&metrics).unwrap()).expect("client");
     (c, metrics)
 }
 
@@ -306,18 +307,13 @@ async fn resolve_sheds_when_the_caller_has_too_little_time_left() {
 #[tokio::test(start_paused = true)]
 async fn resolve_refuses_retries_when_the_retry_budget_is_empty() {
     let stub = Stub::start(Reply::status(503)).await;
-    let metrics = Metrics::new();
-    let client = Client::new(
-        ClientConfig {
-            retry_budget: RetryBudgetConfig {
-                max_tokens: 1.0,
-                ..RetryBudgetConfig::default()
-            },
-            ..config(&stub.url)
+    let (client, metrics) = client_with(ClientConfig {
+        retry_budget: RetryBudgetConfig {
+            max_tokens: 1.0,
+            ..RetryBudgetConfig::default()
         },
-        ClientMetrics::register(&metrics).unwrap(),
-    )
-    .unwrap();
+        ..config(&stub.url)
+    });
 
     // One token: one retry, then the second retry is refused.
     let err = client
@@ -400,16 +396,11 @@ async fn resolve_sheds_at_once_while_the_breaker_sheds_and_recovers_through_prob
 async fn resolve_sheds_at_once_over_the_concurrency_limit() {
     // Slow but within the 700 ms attempt budget.
     let stub = Stub::start(Reply::ok().after(MS(500))).await;
-    let metrics = Metrics::new();
-    let client = Client::new(
-        ClientConfig {
-            max_concurrency: 2,
-            max_concurrency_adaptive: 2,
-            ..config(&stub.url)
-        },
-        ClientMetrics::register(&metrics).unwrap(),
-    )
-    .unwrap();
+    let (client, metrics) = client_with(ClientConfig {
+        max_concurrency: 2,
+        max_concurrency_adaptive: 2,
+        ..config(&stub.url)
+    });
     let (ctx, req, controls) = (ctx(), request(), Controls::default());
 
     let both = futures::future::join(
@@ -475,15 +466,10 @@ async fn resolve_forwards_ids_and_its_budget_on_every_attempt() {
 async fn resolve_round_robins_attempts_over_replicas() {
     let a = Stub::start(Reply::status(503)).await;
     let b = Stub::start(Reply::status(503)).await;
-    let metrics = Metrics::new();
-    let client = Client::new(
-        ClientConfig {
-            base_urls: vec![a.url.clone(), b.url.clone()],
-            ..config(&a.url)
-        },
-        ClientMetrics::register(&metrics).unwrap(),
-    )
-    .unwrap();
+    let (client, _metrics) = client_with(ClientConfig {
+        base_urls: vec![a.url.clone(), b.url.clone()],
+        ..config(&a.url)
+    });
     let _ = client
         .resolve(&ctx(), &request(), &Controls::default())
         .await;
@@ -505,15 +491,10 @@ fn refusing_url() -> String {
 #[tokio::test(start_paused = true)]
 async fn resolve_fails_over_past_refusing_replicas_under_concurrency() {
     let live = Stub::start(Reply::status(200)).await;
-    let metrics = Metrics::new();
-    let client = Client::new(
-        ClientConfig {
-            base_urls: vec![refusing_url(), refusing_url(), live.url.clone()],
-            ..config(&live.url)
-        },
-        ClientMetrics::register(&metrics).unwrap(),
-    )
-    .unwrap();
+    let (client, metrics) = client_with(ClientConfig {
+        base_urls: vec![refusing_url(), refusing_url(), live.url.clone()],
+        ..config(&live.url)
+    });
     // The breaker is global, not per replica: two dead replicas out of three would open it,
     // which is a different claim (tested above). This one is about where retries go.
     let controls = Controls {
@@ -641,19 +622,14 @@ async fn resolve_retry_whose_caller_leaves_during_the_backoff_is_neither_counted
 #[tokio::test(start_paused = true)]
 async fn resolve_retry_shed_by_the_breaker_is_counted_as_a_shed_not_a_retry() {
     let stub = Stub::start(Reply::status(503)).await;
-    let metrics = Metrics::new();
     // A breaker that trips on the first failure: the retry due after it is shed.
-    let client = Client::new(
-        ClientConfig {
-            breaker: BreakerConfig {
-                min_requests: 1,
-                ..BreakerConfig::default()
-            },
-            ..config(&stub.url)
+    let (client, metrics) = client_with(ClientConfig {
+        breaker: BreakerConfig {
+            min_requests: 1,
+            ..BreakerConfig::default()
         },
-        ClientMetrics::register(&metrics).unwrap(),
-    )
-    .unwrap();
+        ..config(&stub.url)
+    });
     let err = client
         .resolve(&ctx(), &request(), &lockstep())
         .await
@@ -715,16 +691,11 @@ async fn resolve_passes_entity_services_error_row_through_and_obeys_its_retryabi
 
 /// A client whose limit starts at `initial` (the static size) and may adapt up to `ceiling`.
 fn limited(stub: &Stub, initial: usize, ceiling: usize) -> (Client, Metrics) {
-    let metrics = Metrics::new();
-    let c = Client::new(
-        ClientConfig {
-            max_concurrency: initial,
-            max_concurrency_adaptive: ceiling,
-            ..config(&stub.url)
-        },
-        ClientMetrics::register(&metrics).unwrap(),
-    )
-    .unwrap();
+    let (c, metrics) = client_with(ClientConfig {
+        max_concurrency: initial,
+        max_concurrency_adaptive: ceiling,
+        ..config(&stub.url)
+    });
     (c, metrics)
 }
 

@@ -380,10 +380,10 @@ mod tests {
         assert_eq!(n.len(), 0);
     }
 
-    /// A flood of never-seen key ids at once: a few are looked up, the rest refused at once as
-    /// `busy`, and a real tenant's cached key keeps authenticating through it without a query.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_flood_of_unknown_keys_is_bounded_and_a_cached_key_goes_on_authenticating() {
+    /// A store over a database holding one tenant's key, with `refresh_timeout` 0 (what is not
+    /// admitted to a first lookup at once is counted `busy`, so the bound shows in counts rather
+    /// than in timing), and the real key's `Authorization` value, authenticated once (cached).
+    async fn flood_store(guard: bool) -> (std::sync::Arc<KeyStore>, String, testkit::TestDb) {
         let db = testkit::TestDb::new().await;
         let key = testkit::fixtures::tenant_with_key(&db.url, 1).await;
         let pool = sqlx::postgres::PgPoolOptions::new()
@@ -392,19 +392,27 @@ mod tests {
             .await
             .unwrap();
         let metrics = lab_core::metrics::Metrics::new();
-        // No wait for a first-lookup permit (refresh_timeout 0): what is not admitted at once is
-        // counted busy, so the bound shows in counts rather than in timing.
-        let store = std::sync::Arc::new(KeyStore::new(
-            pool,
-            Duration::from_secs(60),
-            Duration::from_secs(300),
-            Duration::ZERO,
-            &metrics,
-        ));
+        let store = std::sync::Arc::new(
+            KeyStore::new(
+                pool,
+                Duration::from_secs(60),
+                Duration::from_secs(300),
+                Duration::ZERO,
+                &metrics,
+            )
+            .with_flood_guard(guard),
+        );
         let real = format!("Bearer {}", key.api_key);
         assert_eq!(store.authenticate(Some(&real)).await.unwrap().id, 1);
+        (store, real, db)
+    }
 
-        let flood: Vec<_> = (0..200u64)
+    /// `n` never-seen, well-formed key ids at once.
+    fn spawn_flood(
+        store: &std::sync::Arc<KeyStore>,
+        n: u64,
+    ) -> Vec<tokio::task::JoinHandle<Result<Tenant, ApiError>>> {
+        (0..n)
             .map(|i| {
                 let s = store.clone();
                 tokio::spawn(async move {
@@ -412,7 +420,15 @@ mod tests {
                     s.authenticate(Some(&k)).await
                 })
             })
-            .collect();
+            .collect()
+    }
+
+    /// A flood of never-seen key ids at once: a few are looked up, the rest refused at once as
+    /// `busy`, and a real tenant's cached key keeps authenticating through it without a query.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_flood_of_unknown_keys_is_bounded_and_a_cached_key_goes_on_authenticating() {
+        let (store, real, _db) = flood_store(true).await;
+        let flood = spawn_flood(&store, 200);
         let mut real_ok = 0;
         for _ in 0..50 {
             if store.authenticate(Some(&real)).await.is_ok() {
@@ -469,36 +485,8 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn without_the_flood_guard_every_unknown_id_is_looked_up_and_cached_with_the_known_keys()
     {
-        let db = testkit::TestDb::new().await;
-        let key = testkit::fixtures::tenant_with_key(&db.url, 1).await;
-        let pool = sqlx::postgres::PgPoolOptions::new()
-            .max_connections(4)
-            .connect(&db.url)
-            .await
-            .unwrap();
-        let metrics = lab_core::metrics::Metrics::new();
-        // refresh_timeout 0, as above: with the guard this flood is mostly `busy`.
-        let store = std::sync::Arc::new(
-            KeyStore::new(
-                pool,
-                Duration::from_secs(60),
-                Duration::from_secs(300),
-                Duration::ZERO,
-                &metrics,
-            )
-            .with_flood_guard(false),
-        );
-        let real = format!("Bearer {}", key.api_key);
-        assert_eq!(store.authenticate(Some(&real)).await.unwrap().id, 1);
-        let flood: Vec<_> = (0..200u64)
-            .map(|i| {
-                let s = store.clone();
-                tokio::spawn(async move {
-                    let k = format!("Bearer rsl_{:012x}_{:064x}", 0xf00000000000u64 + i, i);
-                    s.authenticate(Some(&k)).await
-                })
-            })
-            .collect();
+        let (store, _real, _db) = flood_store(false).await;
+        let flood = spawn_flood(&store, 200);
         for f in flood {
             assert!(
                 f.await.unwrap().is_err(),
