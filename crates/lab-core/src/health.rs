@@ -51,6 +51,10 @@ impl Health {
     pub fn begin_drain(&self) {
         self.inner.draining.store(true, Ordering::SeqCst);
     }
+    /// True from SIGTERM on (the server is draining).
+    pub fn is_draining(&self) -> bool {
+        self.inner.draining.load(Ordering::SeqCst)
+    }
     /// Count failed readiness answers in `metrics` (once; [`crate::server::Server::bind`] does).
     pub fn count_failures_in(&self, metrics: &crate::metrics::Metrics) {
         self.inner.failures.get_or_init(|| {

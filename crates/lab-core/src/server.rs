@@ -33,6 +33,10 @@ pub struct HttpSettings {
     pub port: u16,
     /// Upper bound on the graceful drain after SIGTERM, in seconds.
     pub drain_seconds: u64,
+    /// After SIGTERM, how long the listener keeps accepting while every response says
+    /// `Connection: close`, before it stops accepting and closes the connections left idle.
+    /// Part of `drain_seconds`, so it must be shorter. See [`Server::run_until_stopped`].
+    pub drain_linger_ms: u64,
 }
 
 /// `[admin]` in every service's configuration: where `/livez`, `/readyz` and `/metrics` are
@@ -53,6 +57,7 @@ pub struct Server {
     admin_router: Router,
     health: Health,
     drain: Duration,
+    linger: Duration,
     addr: SocketAddr,
     admin_addr: SocketAddr,
 }
@@ -80,6 +85,15 @@ impl Server {
                 )
             })?;
         let admin_addr = admin_listener.local_addr()?;
+        let drain = Duration::from_secs(http.drain_seconds);
+        let linger = Duration::from_millis(http.drain_linger_ms);
+        anyhow::ensure!(
+            linger < drain,
+            "http.drain_linger_ms ({} ms) must be shorter than http.drain_seconds ({} s): the \
+             linger is the first part of the drain",
+            http.drain_linger_ms,
+            http.drain_seconds
+        );
         health.count_failures_in(&metrics);
         let admin_router = Router::new()
             .route("/livez", get(health::livez))
@@ -94,14 +108,19 @@ impl Server {
             .method_not_allowed_fallback(crate::http::method_not_allowed);
         let router = api
             .fallback(crate::http::not_found)
-            .method_not_allowed_fallback(crate::http::method_not_allowed);
+            .method_not_allowed_fallback(crate::http::method_not_allowed)
+            .layer(axum::middleware::from_fn_with_state(
+                health.clone(),
+                close_while_draining,
+            ));
         Ok(Self {
             listener,
             router,
             admin_listener,
             admin_router,
             health,
-            drain: Duration::from_secs(http.drain_seconds),
+            drain,
+            linger,
             addr,
             admin_addr,
         })
@@ -120,8 +139,19 @@ impl Server {
         self.admin_addr.port()
     }
 
-    /// Serve until `shutdown` resolves; then stop accepting, report not-ready, and give
-    /// in-flight requests up to `drain_seconds` to finish before returning anyway.
+    /// Serve until `shutdown` resolves; then drain, in two stages, within `drain_seconds`:
+    ///
+    /// 1. **Linger** (`drain_linger_ms`): `/readyz` reports draining, the listener still
+    ///    accepts, and every response carries `Connection: close`. A client's keep-alive
+    ///    connection is retired by the answer it carries, at a moment the client knows about,
+    ///    instead of being closed under it — the keep-alive race (the server closes an idle
+    ///    connection just as the client writes a request to it), which costs that request.
+    /// 2. **Close**: stop accepting, close the connections still idle, and give in-flight
+    ///    requests what is left of `drain_seconds` before returning anyway.
+    ///
+    /// The race is only made rare here, not impossible (a connection idle through the whole
+    /// linger can still be picked at the instant it closes): the clients fail such a request
+    /// over to another replica, since no byte of an answer arrived (`lab_core::http::unanswered`).
     pub async fn run_until_stopped(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
@@ -133,6 +163,7 @@ impl Server {
             admin_router,
             health,
             drain,
+            linger,
             addr,
             admin_addr,
         } = self;
@@ -159,6 +190,7 @@ impl Server {
                 shutdown.await;
                 h.begin_drain();
                 notify.notify_one();
+                tokio::time::sleep(linger).await;
             })
             .into_future();
         tokio::pin!(serve);
@@ -168,7 +200,8 @@ impl Server {
         }
         tracing::info!(
             drain_seconds = drain.as_secs(),
-            "shutdown requested; draining in-flight requests"
+            linger_ms = linger.as_millis() as u64,
+            "shutdown requested; answering with Connection: close, then draining in-flight requests"
         );
         match tokio::time::timeout(drain, serve).await {
             Ok(res) => res.context("server failed while draining")?,
@@ -180,6 +213,23 @@ impl Server {
         tracing::info!("stopped");
         Ok(())
     }
+}
+
+/// While the server drains, every answer closes its connection (`Connection: close`: hyper
+/// ends the connection after writing it, and the client's pool does not reuse it).
+async fn close_while_draining(
+    axum::extract::State(health): axum::extract::State<Health>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let mut resp = next.run(req).await;
+    if health.is_draining() {
+        resp.headers_mut().insert(
+            axum::http::header::CONNECTION,
+            axum::http::HeaderValue::from_static("close"),
+        );
+    }
+    resp
 }
 
 /// Resolves on SIGTERM (Kubernetes, labctl) or SIGINT (Ctrl-C).
