@@ -16,6 +16,9 @@
 //!     attempt with min(remaining - guard_band, per_attempt), sending X-Request-Budget-Ms
 //!       ok                                 ─▶ deposit a retry token, return
 //!       timed out at the TOTAL deadline    ─▶ DeadlineExceeded (never retry a dead request)
+//!       no answer at all (refused, closed before any byte of an answer)
+//!                                          ─▶ failover: the next replica, now (not a retry; once
+//!                                             per other replica)
 //!       not retryable (500, 4xx, reset...) ─▶ return it
 //!       retryable, attempts left           ─▶ loop
 //! ```
@@ -38,7 +41,7 @@ use tracing::Instrument;
 use crate::backoff::Backoff;
 use crate::breaker::{Breaker, BreakerConfig, BreakerState};
 use crate::budget::{Budget, MIN_ATTEMPT_BUDGET};
-use crate::error::Error;
+use crate::error::{Error, TransportStage};
 use crate::limiter::{Adapt, Limiter, Signal};
 use crate::metrics::{outcome, retry_class, shed_reason, ClientMetrics};
 use crate::retry_budget::{Reservation, RetryBudget, RetryBudgetConfig};
@@ -306,18 +309,22 @@ impl Client {
 
         let mut sent: u32 = 0;
         let mut last: Option<Error> = None;
-        // The replica the previous attempt went to, and whether it refused the connection (see
-        // the failover below).
-        let mut previous_replica: Option<usize> = None;
+        // Failovers: an attempt that got no answer at all (refused, or closed before any byte of
+        // an answer) goes to the next replica at once — no backoff, no retry token, not one of
+        // `max_attempts` — at most once per other replica (once, with a single URL: behind a
+        // Service address a new connection may reach another pod).
+        let mut failovers: u32 = 0;
+        let max_failovers = (self.urls.len() as u32).saturating_sub(1).max(1);
+        // Set when the previous attempt got no answer: the replica it went to, so the next
+        // attempt (failover or retry) goes to the one after it.
+        let mut unanswered_by: Option<usize> = None;
         loop {
-            let mut refused = false;
             // A retry's token and class, held from before the backoff until the retry really
             // goes out: everything that stops it first (a shed, the deadline, the caller leaving
             // during the sleep) drops the reservation, which refunds the token, and no retry is
             // counted — `entity_retries_total` counts retries that were sent.
             let mut retry: Option<(Option<Reservation<'_>>, &'static str)> = None;
             if let Some(prev) = last.take() {
-                refused = matches!(prev, Error::Transport { connect: true, .. });
                 // LAB-FIX(no-jitter): full jitter, the upper bound doubling per retry.
                 let pause = self.backoff.delay(sent, controls.jitter);
                 let resume = Instant::now() + pause;
@@ -407,18 +414,16 @@ impl Client {
                 self.metrics.record_retry(class);
             }
             sent += 1;
-            // After a refused connection the next attempt goes to the next replica, not to
+            // After an attempt that got no answer the next one goes to the next replica, not to
             // whichever one the shared cursor points at (concurrent requests move it, so it may
             // well be the same dead one again): a replica gone in a rolling restart or a crash
-            // costs a request nothing but a second connect. (`refused` is read from the previous
-            // error before the backoff consumes it: a first version matched on `last` here, which
-            // is always empty by now, and failed over never — caught by
+            // costs a request nothing but a second connect. (A first version decided this from
+            // `last`, which the backoff had already taken, and failed over never — caught by
             // `resolve_fails_over_past_refusing_replicas_under_concurrency`.)
-            let replica = previous_replica
-                .filter(|_| refused)
+            let replica = unanswered_by
+                .take()
                 .map(|i| (i + 1) % self.urls.len())
                 .unwrap_or_else(|| self.next.fetch_add(1, Ordering::Relaxed) % self.urls.len());
-            previous_replica = Some(replica);
             let result = self
                 .attempt(
                     ctx,
@@ -475,8 +480,19 @@ impl Client {
                     caller_bound,
                 });
             }
+            if err.is_unanswered() {
+                unanswered_by = Some(replica);
+                if failovers < max_failovers {
+                    // No answer was lost: the same attempt, to the next replica, now. The loop's
+                    // top still checks the deadline, the breaker and the limiter.
+                    failovers += 1;
+                    self.metrics.record_failover();
+                    tracing::debug!(replica, error = %err, "failing over to the next replica");
+                    continue;
+                }
+            }
             // LAB-FIX(retries-5xx): one function decides; a 500 ends here after one request.
-            if !err.is_retryable() || sent >= max_attempts {
+            if !err.is_retryable() || sent - failovers >= max_attempts {
                 return Err(err);
             }
             last = Some(err);
@@ -554,7 +570,17 @@ impl Client {
 
 /// Send, then read the answer; non-2xx bodies are drained (bounded) so the connection is reused.
 async fn exchange(rb: reqwest::RequestBuilder) -> Result<ResolveResponse, Error> {
-    let resp = rb.send().await.map_err(transport_error)?;
+    let resp = rb.send().await.map_err(|e| {
+        // No response head arrived: refused, or closed before any byte of an answer.
+        let stage = if e.is_connect() {
+            TransportStage::Connect
+        } else if lab_core::http::unanswered(&e) {
+            TransportStage::BeforeAnswer
+        } else {
+            TransportStage::MidAnswer
+        };
+        transport_error(e, stage)
+    })?;
     let status = resp.status();
     if !status.is_success() {
         // entity-service names the error-table row of its answer; the answer goes up as that row.
@@ -570,7 +596,10 @@ async fn exchange(rb: reqwest::RequestBuilder) -> Result<ResolveResponse, Error>
             origin,
         });
     }
-    let bytes = resp.bytes().await.map_err(transport_error)?;
+    let bytes = resp
+        .bytes()
+        .await
+        .map_err(|e| transport_error(e, TransportStage::MidAnswer))?;
     serde_json::from_slice(&bytes).map_err(|e| Error::Decode {
         message: e.to_string(),
     })
@@ -594,9 +623,9 @@ async fn drain(mut resp: reqwest::Response) -> String {
     String::from_utf8_lossy(&kept).into_owned()
 }
 
-fn transport_error(e: reqwest::Error) -> Error {
+fn transport_error(e: reqwest::Error, stage: TransportStage) -> Error {
     Error::Transport {
-        connect: e.is_connect(),
+        stage,
         message: error_chain(&e),
     }
 }
@@ -628,7 +657,10 @@ fn outcome_of(result: &Result<ResolveResponse, Error>) -> &'static str {
 fn retry_class_of(err: &Error) -> &'static str {
     match err {
         Error::AttemptTimedOut { .. } => retry_class::TIMEOUT,
-        Error::Transport { connect: true, .. } => retry_class::CONNECT,
+        Error::Transport {
+            stage: TransportStage::Connect,
+            ..
+        } => retry_class::CONNECT,
         Error::Upstream { status, .. } => retry_class::for_status(*status),
         _ => retry_class::TRANSPORT,
     }

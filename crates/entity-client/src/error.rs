@@ -59,11 +59,11 @@ pub enum Error {
         /// none, or one the table does not know.
         origin: Option<&'static Failure>,
     },
-    /// No HTTP answer: connect failure, reset, closed connection.
+    /// No complete HTTP answer: connect failure, reset, closed connection.
     #[error("entity-service unreachable: {message}")]
     Transport {
-        /// The request never reached entity-service (refused, connect timeout): safe to retry.
-        connect: bool,
+        /// How far the exchange got before the connection failed.
+        stage: TransportStage,
         message: String,
     },
     /// Less than the minimum attempt budget was left (after the guard band), so no attempt was
@@ -85,7 +85,36 @@ pub enum Error {
     Decode { message: String },
 }
 
+/// How far an exchange got before its connection failed: what decides whether it may be sent
+/// again elsewhere.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransportStage {
+    /// No connection (refused, connect timeout): the request never reached entity-service.
+    Connect,
+    /// Connected, but the connection closed or was reset before any byte of an answer arrived —
+    /// the keep-alive race (a replica shutting down closes an idle connection just as a request
+    /// is written to it), or a replica gone mid-request. No answer can be lost by sending it
+    /// elsewhere, and `/v1/resolve` is a read (RFC 9110 §9.2.2: a client may resend an
+    /// idempotent request after a connection closed before the response).
+    BeforeAnswer,
+    /// An answer had begun and the connection broke during it: entity-service did the work, and
+    /// its answer is lost. Not sent again.
+    MidAnswer,
+}
+
 impl Error {
+    /// Did this attempt get no answer at all, so that sending it to another replica loses
+    /// nothing (a failover, not a retry)?
+    pub fn is_unanswered(&self) -> bool {
+        matches!(
+            self,
+            Error::Transport {
+                stage: TransportStage::Connect | TransportStage::BeforeAnswer,
+                ..
+            }
+        )
+    }
+
     /// May this failure be retried? One truth table for the whole crate:
     /// [`crate::retryability::is_retryable`].
     pub fn is_retryable(&self) -> bool {
@@ -107,8 +136,11 @@ impl Error {
                 origin: Some(f), ..
             } => f,
             Error::Upstream { origin: None, .. } => &t::OR_ENTITY_UNLABELLED,
-            Error::Transport { connect: true, .. } => &t::OR_ENTITY_UNREACHABLE,
-            Error::Transport { connect: false, .. } => &t::OR_ENTITY_TRANSPORT,
+            Error::Transport {
+                stage: TransportStage::Connect,
+                ..
+            } => &t::OR_ENTITY_UNREACHABLE,
+            Error::Transport { .. } => &t::OR_ENTITY_TRANSPORT,
             Error::NoBudget { .. } => &t::OR_NO_BUDGET,
             Error::Decode { .. } => &t::OR_ENTITY_DECODE,
         }

@@ -47,7 +47,7 @@ pub mod test_support;
 pub use backoff::{Backoff, Jitter};
 pub use breaker::{BreakerConfig, BreakerState};
 pub use client::{Client, ClientConfig, Controls};
-pub use error::Error;
+pub use error::{Error, TransportStage};
 pub use lab_contract::budget;
 pub use lab_contract::budget::{hop_table, Budget, BudgetError, HopTable, MIN_ATTEMPT_BUDGET};
 pub use lab_core::call::CallContext;

@@ -23,6 +23,7 @@
 //! | `entity_requests_total` | `outcome` | every attempt put on the wire, counted when it ends: `ok`, `timeout`, `error_5xx`, `error_4xx`, `transport`, `decode`, `cancelled` (cut mid-flight: the caller went away) | every `client.Do` call, the same outcomes but never `cancelled` (nothing cancels it), plus `slot_timeout`: the 10 s expired while the call still waited for a per-host slot — nothing was sent (Go reports it as a timeout too) |
 //! | `entity_request_duration_seconds` | `outcome` | duration of each attempt, [`CALLEE_BUCKETS`] (up to 60 s: this histogram must be able to show 10 s attempts) | same |
 //! | `entity_retries_total` | `class` | retries, counted when the retry attempt starts (after every admission check: a retry that is then shed, or whose caller leaves during the backoff, is not a retry), by what failed before: `timeout`, `slot_timeout`, `connect`, `transport`, `status_429`, `status_500`, `status_502`, `status_503`, `status_504`, `status_5xx`, `status_4xx` | the same, counted when the detached loop starts the next `client.Do` |
+//! | `entity_failovers_total` | — | attempts that got no answer at all — the connection was refused, or it closed before any byte of an answer (a replica shutting down: the keep-alive race) — sent again to the next replica, at most once per other replica; not retries, no retry-budget token, not counted against `max_attempts` | always 0 (the legacy loop retries every transport error as one of its 3 attempts) |
 //! | `entity_abandoned_total` | — | attempts **cut short** because nobody could use their answer any more: the caller dropped the call mid-attempt, or the total deadline ended the attempt. Counted when cut; the connection closes at once | attempts that **completed** after the caller had gone (the awaiting future was dropped). Counted when they finish — having run their whole length |
 //! | `otel_span_orphaned_total` | `span` | `entity.Resolve` work that ended after its caller ended. Detected like legacy; 0 by construction (the work *is* the caller's future) | the detached retry loop finishing after the awaiting caller was dropped: one per orphaned `entity.Resolve` |
 //! | `entity_shed_total` | `reason` | calls or retries refused before the wire: `retry_budget`, `no_budget`, `breaker_open`, `concurrency_limit` | always 0 — legacy never sheds (the series exist so the panel reads 0, not "no data") |
@@ -151,6 +152,8 @@ struct Families {
     requests: IntCounterVec,
     duration: HistogramVec,
     retries: IntCounterVec,
+    /// Fixed client only: an unanswered attempt moved to another replica (not a retry).
+    failovers: IntCounter,
     abandoned: IntCounter,
     orphaned: IntCounterVec,
     shed: IntCounterVec,
@@ -174,6 +177,7 @@ impl Collector for FamiliesCollector {
         d.extend(f.requests.desc());
         d.extend(f.duration.desc());
         d.extend(f.retries.desc());
+        d.extend(f.failovers.desc());
         d.extend(f.abandoned.desc());
         d.extend(f.orphaned.desc());
         if !f.probe {
@@ -192,6 +196,7 @@ impl Collector for FamiliesCollector {
         out.extend(f.requests.collect());
         out.extend(f.duration.collect());
         out.extend(f.retries.collect());
+        out.extend(f.failovers.collect());
         out.extend(f.abandoned.collect());
         out.extend(f.orphaned.collect());
         if !f.probe {
@@ -255,6 +260,12 @@ impl ClientMetrics {
     /// `entity_retries_total{class}`: a retry is about to be made after a failure of `class`.
     pub fn record_retry(&self, class: &str) {
         self.families.retries.with_label_values(&[class]).inc();
+    }
+
+    /// `entity_failovers_total`: an attempt that got no answer at all (connection refused, or
+    /// closed before any byte of an answer) is sent again to the next replica — not a retry.
+    pub fn record_failover(&self) {
+        self.families.failovers.inc();
     }
 
     /// `entity_shed_total{reason}`.
@@ -371,6 +382,12 @@ impl Families {
             ),
             &["class"],
         )?;
+        let failovers = IntCounter::new(
+            name("entity_failovers_total"),
+            "Attempts that got no answer at all (connection refused, or closed before any byte of \
+             an answer: a replica shutting down) and were sent again to the next replica; a \
+             failover is not a retry and spends no retry-budget token (fixed client only)",
+        )?;
         let abandoned = IntCounter::new(
             name("entity_abandoned_total"),
             "Attempts whose answer nobody could use any more (fixed: cut short when the caller \
@@ -436,6 +453,7 @@ impl Families {
             requests,
             duration,
             retries,
+            failovers,
             abandoned,
             orphaned,
             shed,

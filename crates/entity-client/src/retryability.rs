@@ -13,7 +13,8 @@
 //! | 429, 503, 504 without a known row | yes | congestion / transient unavailability |
 //! | 500, 502, other 5xx | no | most likely a deterministic server bug (502 is not in the postmortem's list either) |
 //! | other 4xx | no | the request is wrong; it will be wrong again |
-//! | connect error (refused, connect timeout) | yes | the request never reached entity-service |
+//! | no answer at all: refused, or closed before any byte of an answer | failed over first | sent again to the next replica at once, as a failover, not a retry (`Client::resolve`); once every other replica was tried, a connect error is retried (it never reached entity-service) and a closed connection is not |
+//! | connect error (refused, connect timeout), failovers used up | yes | the request never reached entity-service |
 //! | per-attempt timeout (`AttemptTimedOut`) | yes | the total budget may still have room |
 //! | other transport error (reset mid-response) | no | entity-service may have done the work; the total budget is better spent failing honestly |
 //! | undecodable 2xx body | no | a contract bug |
@@ -21,7 +22,7 @@
 //! | the caller's cancellation | never | not even an error: the future is dropped and nothing runs any more |
 //! | our own refusals (`BreakerOpen`, `RetryBudgetExhausted`, `ConcurrencyLimited`) | no | retrying a shed defeats the shedding |
 
-use crate::error::Error;
+use crate::error::{Error, TransportStage};
 
 /// 429, 503 and 504: the statuses that signal congestion rather than a bug.
 pub fn is_retryable_status(status: u16) -> bool {
@@ -36,7 +37,7 @@ pub fn is_retryable(err: &Error) -> bool {
             origin: Some(f), ..
         } => f.retryable,
         Error::Upstream { status, .. } => is_retryable_status(*status),
-        Error::Transport { connect, .. } => *connect,
+        Error::Transport { stage, .. } => *stage == TransportStage::Connect,
         Error::DeadlineExceeded { .. }
         | Error::NoBudget { .. }
         | Error::BreakerOpen
@@ -109,14 +110,21 @@ mod tests {
             (upstream(409), false),
             (
                 Error::Transport {
-                    connect: true,
+                    stage: TransportStage::Connect,
                     message: "connection refused".into(),
                 },
                 true,
             ),
             (
                 Error::Transport {
-                    connect: false,
+                    stage: TransportStage::BeforeAnswer,
+                    message: "connection closed before message completed".into(),
+                },
+                false,
+            ),
+            (
+                Error::Transport {
+                    stage: TransportStage::MidAnswer,
                     message: "connection reset".into(),
                 },
                 false,

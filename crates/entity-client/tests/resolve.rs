@@ -521,9 +521,159 @@ async fn resolve_fails_over_past_refusing_replicas_under_concurrency() {
     );
     // Exactly: only first attempts take the round-robin cursor (from 0), so 14 of the 40 start
     // on dead replica 0 (two refused connects each: 0, 1, then 2) and 13 on dead replica 1 (one),
-    // 13 on the live one: 14 x 2 + 13 = 41. A retry that followed the cursor would change it.
-    let retries = metric(&metrics, "entity_retries_total", &[("class", "connect")]);
-    assert_eq!(retries, 41.0, "connect retries");
+    // 13 on the live one: 14 x 2 + 13 = 41. A failover that followed the cursor would change it.
+    // A refused connection sent nothing: each move is a failover, none is a retry.
+    assert_eq!(metric(&metrics, "entity_failovers_total", &[]), 41.0);
+    assert_eq!(metric(&metrics, "entity_retries_total", &[]), 0.0);
+}
+
+/// A replica that answers the first request on each connection, keep-alive, and closes every
+/// later connection use without answering: a replica shutting down that closes an idle
+/// keep-alive connection exactly as the client reuses it (the keep-alive race, made certain).
+/// Alternate connections close after reading the request (the client sees EOF: "connection
+/// closed before message completed") or without reading it (unread data: the kernel sends a
+/// reset).
+struct ClosingReplica {
+    url: String,
+    /// Requests answered (first use of a connection).
+    answered: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    /// Connection reuses closed without an answer.
+    closed: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl ClosingReplica {
+    async fn start() -> Self {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::sync::Arc;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let answered = Arc::new(AtomicUsize::new(0));
+        let closed = Arc::new(AtomicUsize::new(0));
+        let (a, c) = (answered.clone(), closed.clone());
+        tokio::spawn(async move {
+            for conn_no in 0usize.. {
+                let Ok((mut sock, _)) = listener.accept().await else {
+                    return;
+                };
+                let (a, c) = (a.clone(), c.clone());
+                tokio::spawn(async move {
+                    // The first request: read head and body, answer 200 keep-alive.
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    let complete = |buf: &[u8]| {
+                        let text = String::from_utf8_lossy(buf);
+                        let Some(end) = text.find("\r\n\r\n") else {
+                            return false;
+                        };
+                        let len = text[..end]
+                            .lines()
+                            .find_map(|l| {
+                                let (k, v) = l.split_once(':')?;
+                                k.eq_ignore_ascii_case("content-length")
+                                    .then(|| v.trim().parse::<usize>().ok())?
+                            })
+                            .unwrap_or(0);
+                        buf.len() >= end + 4 + len
+                    };
+                    while !complete(&buf) {
+                        match sock.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                    let body = r#"{"results":[]}"#;
+                    let head = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+                        body.len()
+                    );
+                    if sock
+                        .write_all(format!("{head}{body}").as_bytes())
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                    a.fetch_add(1, Ordering::SeqCst);
+                    // The reuse: wait for its first bytes, then close without an answer.
+                    match sock.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(_) => {}
+                    }
+                    if conn_no % 2 == 0 {
+                        // Read the rest, so the close is a clean FIN after the request.
+                        let _ = tokio::time::timeout(Duration::from_millis(20), async {
+                            while sock.read(&mut chunk).await.map(|n| n > 0).unwrap_or(false) {}
+                        })
+                        .await;
+                    }
+                    c.fetch_add(1, Ordering::SeqCst);
+                    drop(sock);
+                });
+            }
+        });
+        Self {
+            url,
+            answered,
+            closed,
+        }
+    }
+
+    fn closed(&self) -> usize {
+        self.closed.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn answered(&self) -> usize {
+        self.answered.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// The keep-alive race (issue 23: a rolling restart of entity-service lost a request as
+/// `orchestrator/entity_transport 502`): a request written on a pooled connection that the
+/// replica closes before answering got no answer, so it goes to the next replica as a failover —
+/// not a retry, no token — and no request fails. Real sockets, real time: the race lives in the
+/// kernel and hyper's pool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resolve_fails_over_when_a_reused_connection_closes_before_the_answer() {
+    let closing = ClosingReplica::start().await;
+    let live = Stub::start(Reply::ok()).await;
+    let (client, metrics) = client_with(ClientConfig {
+        base_urls: vec![closing.url.clone(), live.url.clone()],
+        ..config(&live.url)
+    });
+    let n = 40;
+    let (cx, req, controls) = (ctx(), request(), Controls::default());
+    // Two rounds of 40 at once: the first opens connections (each answered once and pooled),
+    // the second reuses them and meets the closes.
+    for round in 0..2 {
+        let calls = (0..n).map(|_| client.resolve(&cx, &req, &controls));
+        let results = futures::future::join_all(calls).await;
+        let failed: Vec<String> = results
+            .iter()
+            .filter_map(|r| r.as_ref().err().map(|e| e.to_string()))
+            .collect();
+        assert!(
+            failed.is_empty(),
+            "round {round}: {} of {n} failed: {failed:?}",
+            failed.len()
+        );
+    }
+    assert!(
+        closing.closed() >= 5,
+        "the race must have happened for the test to mean anything: {} reused connections closed",
+        closing.closed()
+    );
+    // Every unanswered request failed over once, and only those: no retry, no token spent.
+    assert_eq!(
+        metric(&metrics, "entity_failovers_total", &[]),
+        closing.closed() as f64
+    );
+    assert_eq!(metric(&metrics, "entity_retries_total", &[]), 0.0);
+    assert_eq!(
+        closing.answered() + live.requests(),
+        2 * n,
+        "every request answered exactly once"
+    );
 }
 
 #[tokio::test]

@@ -146,3 +146,37 @@ pub async fn method_not_allowed() -> ApiError {
         "this route does not accept that method",
     )
 }
+
+/// Did a client's HTTP exchange fail on an established connection before any byte of an answer
+/// arrived — the connection closed (hyper: "connection closed before message completed"),
+/// reset, or broken while the request was written? Walks `err`'s source chain (reqwest →
+/// hyper-util → hyper → io).
+///
+/// This is the keep-alive race's signature: a server that is shutting down closes an idle
+/// connection at the instant the client writes a request on it. No answer was lost, so the
+/// request can go to another replica (RFC 9110 §9.2.2, for idempotent requests). Apply it only
+/// to an error from sending (before the response head), never to one from reading a body, and
+/// check connect errors and timeouts first: they are not this.
+pub fn unanswered(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(err);
+    while let Some(e) = cur {
+        if let Some(h) = e.downcast_ref::<hyper::Error>() {
+            if h.is_incomplete_message() || h.is_canceled() {
+                return true;
+            }
+        }
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            if matches!(
+                io.kind(),
+                std::io::ErrorKind::ConnectionReset
+                    | std::io::ErrorKind::ConnectionAborted
+                    | std::io::ErrorKind::BrokenPipe
+                    | std::io::ErrorKind::UnexpectedEof
+            ) {
+                return true;
+            }
+        }
+        cur = e.source();
+    }
+    false
+}

@@ -47,8 +47,9 @@ pub struct UpstreamMetrics {
     pub attempts: IntCounterVec,
     /// `gateway_upstream_retries_total`: attempts after the first, counted with their attempt.
     pub retries: prometheus::IntCounter,
-    /// `gateway_upstream_failovers_total`: a refused connection moved the same attempt to the
-    /// next ready replica (nothing was sent: not an attempt, not a retry).
+    /// `gateway_upstream_failovers_total`: a refused connection, or one closed before any byte of
+    /// an answer, moved the same attempt to the next ready replica (nothing was answered: not an
+    /// attempt, not a retry).
     pub failovers: prometheus::IntCounter,
 }
 
@@ -76,8 +77,9 @@ impl UpstreamMetrics {
             failovers: metrics.register(
                 prometheus::IntCounter::new(
                     "gateway_upstream_failovers_total",
-                    "Refused connections to an orchestrator replica; the same attempt moved to the \
-                     next ready one (nothing was sent)",
+                    "Refused connections to an orchestrator replica, or connections it closed \
+                     before any byte of an answer; the same attempt moved to the next ready one \
+                     (nothing was answered)",
                 )
                 .expect("valid metric"),
             ),
@@ -360,7 +362,7 @@ enum Attempt {
 
 /// Send to a ready orchestrator, up to the policy's attempts. A refused connection ejects the
 /// replica and moves the same attempt to the next ready one (nothing was sent: failover, not a
-/// retry).
+/// retry); so does a connection closed before any byte of an answer (nothing was answered).
 async fn forward(
     st: &AppState,
     body: &bytes::Bytes,
@@ -496,8 +498,13 @@ async fn attempt_once(
             retry,
             armed: true,
         };
+        // `unanswered`: the send failed on an open connection before any byte of an answer (a
+        // replica shutting down closed it under the request: the keep-alive race).
+        let mut unanswered = false;
         let sent = async {
-            let resp = rb.send().await?;
+            let resp = rb.send().await.inspect_err(|e| {
+                unanswered = !e.is_timeout() && lab_core::http::unanswered(e);
+            })?;
             let status = resp.status();
             let headers = resp.headers().clone();
             let bytes = resp.bytes().await?;
@@ -510,6 +517,15 @@ async fn attempt_once(
                 guard.disarm();
                 m.failovers.inc();
                 st.upstreams.eject(&endpoint);
+                continue;
+            }
+            if unanswered {
+                // No answer was lost (and an extraction is a read): the same attempt to the next
+                // ready replica. Not ejected: a connection closed in a drain says nothing about
+                // the next one, and the readiness probe already reports the drain.
+                guard.disarm();
+                m.failovers.inc();
+                tracing::debug!(error = %e, endpoint = %endpoint.url, "connection closed before any answer; failing over");
                 continue;
             }
         }
