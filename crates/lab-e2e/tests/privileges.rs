@@ -104,6 +104,24 @@ async fn the_path_works_with_every_service_on_its_own_role_and_tenants_stay_apar
         [20],
         "tenant 2 sees only its own"
     );
+    // entity-service's database facts (the plan probe behind entity_db_hot_plan_index_scan) run
+    // on its role too: a probe refused a grant reads stats_up 0 and a plan gauge stuck at 0,
+    // which a verdict would read as "the plan flipped" (issue 24). Its first full refresh runs
+    // at start; two more 5 s rounds are the bound.
+    let entity_admin = &lab.entity_services[0].admin;
+    let mut up = 0.0;
+    for _ in 0..24 {
+        up = Lab::metric(entity_admin, "entity_db_stats_up", "").await;
+        if up == 1.0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+    assert_eq!(
+        up, 1.0,
+        "entity-service's database facts must refresh under lab_entity_service (its logs name \
+         the refused statement)"
+    );
     // The key decides the tenant: a tenant id in the public body is not even accepted.
     let resp = lab
         .extract(

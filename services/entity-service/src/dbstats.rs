@@ -82,7 +82,7 @@ impl DbStatsMetrics {
             ),
             up: metrics.gauge(
                 "entity_db_stats_up",
-                "1 when the last refresh of the entity_db_* database facts succeeded; the other gauges keep their last values while 0",
+                "1 when the last refresh of the entity_db_* database facts succeeded, the plan probe's included (the last full one, every 5 s); the other gauges keep their last values while 0",
             ),
         }
     }
@@ -101,6 +101,11 @@ pub fn spawn(metrics: &Metrics, database_url: String, application_name: String) 
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut client: Option<tokio_postgres::Client> = None;
         let mut failing = false;
+        // Did the last FULL refresh (the plan probe, the table's staleness) succeed? The 1 s
+        // backends-only refreshes between two full ones cannot vouch for those gauges: they set
+        // `up` from this, never to 1 on their own (a plan probe refused a grant every 5 s read
+        // `up` 1 four seconds in five — issue 24).
+        let mut full_ok = false;
         let every = (REFRESH.as_secs_f64() / BACKENDS_REFRESH.as_secs_f64()).round() as u64;
         let mut n: u64 = 0;
         loop {
@@ -113,7 +118,8 @@ pub fn spawn(metrics: &Metrics, database_url: String, application_name: String) 
                         tracing::info!("database facts (entity_db_*) refresh again");
                     }
                     failing = false;
-                    m.up.set(1);
+                    full_ok |= full;
+                    m.up.set(i64::from(full_ok));
                 }
                 Err(e) => {
                     // Once per outage, not every 5 s: the pool's own errors already page.
@@ -121,6 +127,7 @@ pub fn spawn(metrics: &Metrics, database_url: String, application_name: String) 
                         tracing::warn!(error = %format!("{e:#}"), "cannot refresh the entity_db_* database facts; they keep their last values and entity_db_stats_up is 0 until PostgreSQL answers");
                     }
                     failing = true;
+                    full_ok = false; // up again only once a full refresh has succeeded
                     client = None;
                     m.up.set(0);
                 }
