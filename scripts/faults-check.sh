@@ -40,7 +40,9 @@
 # runs (load series, metric snapshots, events) under <out>/<mode>/<fault>/.
 #
 # Usage: scripts/faults-check.sh [--publish]     --publish: copy the report to docs/reports/faults.md
-# Env:   FAULTS_RATE (50 rps), FAULTS_MODES ("resilient legacy"), FAULTS_TAIL_SECONDS (8: the
+# Env:   FAULTS_ONLY (the faults to run, default all five: "pg-restart redis-outage entity-kill
+#        enrichment-kill rollouts"; e.g. FAULTS_ONLY=rollouts to repeat one window),
+#        FAULTS_RATE (50 rps), FAULTS_MODES ("resilient legacy"), FAULTS_TAIL_SECONDS (8: the
 #        "all 200 at the end" window), FAULTS_PROFILE (debug, as k6-check builds it; or release),
 #        FAULTS_OUT (default .lab/reports/faults-<unix time>), CARGO_TARGET_DIR, LAB_TOOLS_DIR,
 #        KAFKA_BOOTSTRAP (127.0.0.1:9092).
@@ -62,6 +64,12 @@ while [[ $# -gt 0 ]]; do
     shift
 done
 
+ALL_FAULTS="pg-restart redis-outage entity-kill enrichment-kill rollouts"
+ONLY="${FAULTS_ONLY:-$ALL_FAULTS}"
+for f in $ONLY; do
+    [[ " $ALL_FAULTS " == *" $f "* ]] || die "FAULTS_ONLY: unknown fault '$f' (known: $ALL_FAULTS)"
+done
+wants() { [[ " $ONLY " == *" $1 "* ]]; }
 RATE="${FAULTS_RATE:-50}"
 MODES="${FAULTS_MODES:-resilient legacy}"
 TAIL="${FAULTS_TAIL_SECONDS:-8}"
@@ -1062,13 +1070,17 @@ for MODE in $MODES; do
     mkdir -p "$MDIR/warmup"
     start_load "$MDIR/warmup" 5
     wait_load "$MDIR/warmup"
-    fault_pg_restart "$MDIR"
-    wait_for 60 all_ready || die "$MODE: the lab is not ready after the PostgreSQL restart"
-    fault_redis_outage "$MDIR"
-    fault_entity_kill "$MDIR"
-    wait_for 60 all_ready || die "$MODE: the lab is not ready after the entity-service kill"
-    fault_enrichment_kill "$MDIR"
-    fault_rollouts "$MDIR"
+    if wants pg-restart; then
+        fault_pg_restart "$MDIR"
+        wait_for 60 all_ready || die "$MODE: the lab is not ready after the PostgreSQL restart"
+    fi
+    if wants redis-outage; then fault_redis_outage "$MDIR"; fi
+    if wants entity-kill; then
+        fault_entity_kill "$MDIR"
+        wait_for 60 all_ready || die "$MODE: the lab is not ready after the entity-service kill"
+    fi
+    if wants enrichment-kill; then fault_enrichment_kill "$MDIR"; fi
+    if wants rollouts; then fault_rollouts "$MDIR"; fi
     rows_vs_ok "$MDIR"
     "${LABCTL[@]}" down >/dev/null 2>&1 || true
     cp -r "$STATE/logs" "$MDIR/logs"
