@@ -723,13 +723,17 @@ def report(out, modes, counts, checks, tail):
     p("## 5. Rolling restarts (SIGTERM, one replica at a time)\n")
     p("`labctl rollout restart <service>` for orchestrator, entity-service and enrichment, then "
       "edge-gateway, in one load run; each failure is counted in the window from its rollout's "
-      "start to the next one's (by intended send second), with the gateway's error rows of that window.\n")
+      "start to the next one's (by intended send second), with the gateway's error rows of that window. "
+      "What a zero here rests on: one rollout of each service per mode in this run, each replica "
+      "replaced once (2 orchestrators, 2 entity-services, 2 enrichment workers, 1 gateway); a "
+      "repeat of this window alone is `FAULTS_MODES=resilient FAULTS_ONLY=rollouts "
+      "scripts/faults-check.sh` (docs/reports/faults.md says how many repeats were run, if any).\n")
     order = ["before the first rollout", "orchestrator", "entity-service", "enrichment", "edge-gateway"]
     table("rollouts", [(f"{k}: failed / sent", (lambda c, k=k: f"{c['windows'][k]['failed']} / {c['windows'][k]['sent']}")) for k in order] + [
         (f"{k}: failed, from", (lambda c, k=k: fmt_from(c["windows"][k].get("failures_from", {})))) for k in order] + [
         ("not answered by any gateway (whole run)", lambda c: fmt_from(c["failures_from"])),
         ] + [(f"{s}: rollout took", (lambda c, s=s: f"{c[s + '_rollout_s']} s")) for s in order[1:]] + [
-        ("gateway failovers (refused connection → next replica)", lambda c: int(c["failovers"])),
+        ("gateway failovers (refused, or closed before any answer → next replica)", lambda c: int(c["failovers"])),
         ("gateway retries (legacy only)", lambda c: int(c["retries"])),
         ("no orchestrator in the gateway's rotation (its log): stretches / ms", lambda c: f"{c['no_orchestrator_in_rotation']['stretches']} / {c['no_orchestrator_in_rotation']['total_ms']}"),
         ("enrichment group after: lag / partitions owned per worker", lambda c: f"{c['enrichment_group_after']['lag']} / {c['enrichment_group_after']['partitions_owned']}"),

@@ -96,6 +96,6 @@ run_step k6 "see scripts/k6-check.sh's output above (which mode broke the thresh
 run_step faults "see scripts/faults-check.sh's output above and its report (path printed): which fault, which mode, which count" \
     bash scripts/faults-check.sh
 run_step test "see the failing tests above; services: $DATABASE_URL, $REDIS_URL, $KAFKA_BOOTSTRAP" \
-    cargo test --workspace "$@"
+    cargo test --workspace --no-fail-fast "$@"
 
 step "all checks passed"
