@@ -168,6 +168,7 @@ KEEP = {
     "enrichment_assigned_partitions", "kafka_producer_events_total",
     "kafka_producer_delivery_failures_total", "kafka_producer_delivered_total",
     "kafka_producer_queue_events", "lab_errors_total", "gateway_upstream_ready",
+    "entity_failovers_total", "entity_retries_total",
 }
 LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?\s+(\S+)')
 LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
