@@ -265,6 +265,7 @@ impl CellSpec {
             rate: None,
             flags: BTreeMap::new(),
             run: run.iter().map(|s| s.to_string()).collect(),
+            window: Default::default(),
             postmortem: None,
             verdict: BTreeMap::new(),
         };
@@ -297,6 +298,7 @@ impl CellSpec {
             tenants: "size".into(),
             settle_seconds: 5,
             phases,
+            peak: None,
             cleanup: vec![],
             expect: BTreeMap::new(),
         }
@@ -342,6 +344,7 @@ impl CellResult {
                     name: name.clone(),
                     seconds: p.seconds,
                     start,
+                    judged_from: None,
                     summary: summary.clone(),
                     errors_5xx_by_origin: Default::default(),
                 };
@@ -873,6 +876,7 @@ mod tests {
             name: name.into(),
             seconds,
             start: 0.0,
+            judged_from: None,
             summary: kv.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
             errors_5xx_by_origin: Default::default(),
         }

@@ -50,9 +50,21 @@ pub struct PhaseReport {
     pub seconds: u64,
     /// Seconds since the start of the run when the phase began.
     pub start: f64,
+    /// With `window: after-run`: when the phase's commands had finished (seconds since the
+    /// start of the run), where its summary starts; `None`: the whole phase.
+    pub judged_from: Option<f64>,
     pub summary: PhaseSummary,
     /// The gateway's 5xx in this phase by the error-table row that decided them.
     pub errors_5xx_by_origin: std::collections::BTreeMap<String, f64>,
+}
+
+/// When the last of `phase`'s commands ended (seconds since the start of the run; 0 if none).
+pub fn actions_end(actions: &[Action], phase: &str) -> f64 {
+    actions
+        .iter()
+        .filter(|a| a.phase == phase)
+        .map(|a| a.started_at + a.seconds)
+        .fold(0.0, f64::max)
 }
 
 /// A labctl command a phase ran, and how it went.
@@ -381,11 +393,43 @@ pub async fn execute(
     let mut phases = Vec::new();
     for (i, p) in sc.phases.iter().enumerate() {
         let secs = seconds[i] as f64;
-        let summary = report::summarize(&series, i, secs, &load_report.per_second, phase_starts[i]);
+        let (summary, judged_from) = match p.window {
+            super::scenario::Window::Phase => (
+                report::summarize(&series, i, secs, &load_report.per_second, phase_starts[i]),
+                None,
+            ),
+            super::scenario::Window::AfterRun => {
+                // The verdict's window starts once the phase's commands have finished: the
+                // ticks before are set apart (the window's baseline becomes the last of them).
+                let from = actions_end(&actions, &p.name).max(phase_starts[i]);
+                let judged: Vec<Tick> = ticks
+                    .iter()
+                    .map(|t| Tick {
+                        t: t.t,
+                        phase: if t.phase == i && t.t < from {
+                            usize::MAX
+                        } else {
+                            t.phase
+                        },
+                        scrapes: t.scrapes.clone(),
+                    })
+                    .collect();
+                let s = Series {
+                    targets: &targets,
+                    ticks: &judged,
+                };
+                let left = (phase_starts[i] + secs - from).max(0.0);
+                (
+                    report::summarize(&s, i, left, &load_report.per_second, from),
+                    Some(from),
+                )
+            }
+        };
         phases.push(PhaseReport {
             name: p.name.clone(),
             seconds: seconds[i],
             start: phase_starts[i],
+            judged_from,
             summary,
             errors_5xx_by_origin: report::origins(&series, i),
         });

@@ -56,7 +56,7 @@ fn phases(v: &Value) -> Vec<(String, f64, f64)> {
 const STYLE: &str = "body{font-family:sans-serif;margin:16px auto;max-width:1600px;color:#222}\
 h1{font-size:20px}h2{font-size:16px;margin-top:28px}table{border-collapse:collapse;font-size:12px;\
 margin:8px 0}td,th{border:1px solid #ccc;padding:3px 6px;vertical-align:top}th{background:#f4f4f8}\
-.ok{color:#1a7f37}.no{color:#b42318;font-weight:bold}.grid{display:grid;gap:10px}\
+.ok{color:#1a7f37}.no{color:#b42318;font-weight:bold}.na{color:#6e7781;font-style:italic}.grid{display:grid;gap:10px}\
 .why{font-size:12px;color:#555;margin:2px 0 6px}svg{max-width:100%;height:auto}";
 
 /// The page for one run directory: a replay (`summary.json` with a calibration and modes) or a
@@ -272,10 +272,15 @@ fn replay_tables(html: &mut String, s: &Value) {
                             num(&c["value"], 2)
                         );
                     }
-                    let verdict = if st["reproduced"].as_bool() == Some(true) {
-                        "<span class=ok>reproduced</span>"
-                    } else {
-                        "<span class=no>not reproduced</span>"
+                    let legacy = m["mode"]
+                        .as_str()
+                        .is_some_and(|s| s.eq_ignore_ascii_case("legacy"));
+                    let verdict = match (st["outcome"].as_str(), legacy) {
+                        (Some("reproduced"), true) => "<span class=ok>reproduced</span>",
+                        (Some("reproduced"), false) => "<span class=ok>fix held</span>",
+                        (Some("not_reproduced"), true) => "<span class=no>not reproduced</span>",
+                        (Some("not_reproduced"), false) => "<span class=no>fix did not hold</span>",
+                        _ => "<span class=na>not measured</span>",
                     };
                     let _ = write!(html, "<td>{cell}</td><td>{verdict}</td>");
                 }
@@ -287,19 +292,27 @@ fn replay_tables(html: &mut String, s: &Value) {
     html.push_str("</table>\n<p>");
     for m in &modes {
         let steps = m["steps"].as_array().map(Vec::len).unwrap_or(0);
-        let ok = m["steps"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter(|s| s["reproduced"].as_bool() == Some(true))
-                    .count()
-            })
-            .unwrap_or(0);
+        let count = |o: &str| {
+            m["steps"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter(|s| s["outcome"].as_str() == Some(o))
+                        .count()
+                })
+                .unwrap_or(0)
+        };
+        let legacy = m["mode"]
+            .as_str()
+            .is_some_and(|s| s.eq_ignore_ascii_case("legacy"));
         let _ = write!(
             html,
-            "<b>{}</b>: {ok} of {steps} steps reproduced; the fix in one number (goodput while the \
-             plan is stale / what the stale database could serve): {}. ",
+            "<b>{}</b>: {} of {steps} steps {} ({} not measured); the fix in one number (goodput \
+             while the plan is stale / what the stale database could serve): {}. ",
             esc(m["mode"].as_str().unwrap_or("")),
+            count("reproduced"),
+            if legacy { "reproduced" } else { "fix held" },
+            count("not_measured"),
             num(&m["fix_quality"], 2)
         );
     }

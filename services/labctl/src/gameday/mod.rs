@@ -30,7 +30,18 @@ use crate::supervise;
 use scrape::Target;
 pub use targets::parse_targets;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, serde::Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    clap::ValueEnum,
+    Serialize,
+    serde::Deserialize,
+)]
 pub enum Mode {
     Legacy,
     Resilient,

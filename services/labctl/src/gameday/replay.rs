@@ -119,13 +119,56 @@ pub struct Verdict {
     pub reference: Option<f64>,
     /// `None`: a value was missing (not measured).
     pub ok: Option<bool>,
+    /// A precondition (the command ran, the flag took effect, the trigger happened), not the
+    /// verdict itself.
+    pub precondition: bool,
+}
+
+/// What a step came to. For legacy: the postmortem's step reproduced or not; for resilient: the
+/// fix held or not. `NotMeasured`: a precondition failed or a value was missing — no verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepOutcome {
+    Reproduced,
+    NotReproduced,
+    NotMeasured,
+}
+
+impl StepOutcome {
+    /// The words for `mode`: legacy reproduces the postmortem, resilient's fix holds.
+    pub fn words(self, mode: Mode) -> &'static str {
+        match (self, mode) {
+            (StepOutcome::Reproduced, Mode::Legacy) => "reproduced",
+            (StepOutcome::NotReproduced, Mode::Legacy) => "not reproduced",
+            (StepOutcome::Reproduced, _) => "fix held",
+            (StepOutcome::NotReproduced, _) => "fix did not hold",
+            (StepOutcome::NotMeasured, _) => "not measured",
+        }
+    }
+
+    /// Preconditions first: any not holding makes the step not measured; then the verdict's
+    /// checks: any missing value is not measured, all holding is reproduced.
+    pub fn of(checks: &[Verdict]) -> StepOutcome {
+        if checks.iter().any(|c| c.precondition && c.ok != Some(true)) {
+            return StepOutcome::NotMeasured;
+        }
+        let verdict: Vec<_> = checks.iter().filter(|c| !c.precondition).collect();
+        if verdict.is_empty() || verdict.iter().any(|c| c.ok.is_none()) {
+            StepOutcome::NotMeasured
+        } else if verdict.iter().all(|c| c.ok == Some(true)) {
+            StepOutcome::Reproduced
+        } else {
+            StepOutcome::NotReproduced
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct StepVerdict {
     pub phase: String,
     pub checks: Vec<Verdict>,
-    /// Every check held.
+    pub outcome: StepOutcome,
+    /// `outcome == Reproduced` (kept for readers of older summaries).
     pub reproduced: bool,
 }
 
@@ -349,13 +392,15 @@ fn verdicts(sc: &Scenario, mode: Mode, phases: &[engine::PhaseReport]) -> Vec<St
                 value,
                 reference,
                 ok: c.holds(value, reference),
+                precondition: c.precondition,
             });
         }
-        let reproduced = list.iter().all(|v| v.ok == Some(true));
+        let outcome = StepOutcome::of(&list);
         out.push(StepVerdict {
             phase: p.name.clone(),
             checks: list,
-            reproduced,
+            outcome,
+            reproduced: outcome == StepOutcome::Reproduced,
         });
     }
     out
@@ -441,7 +486,7 @@ fn markdown(sc: &Scenario, cal: &Calibration, args: &ReplayArgs, modes: &[ModeRe
         md.push_str("---|:---:|");
     }
     md.push('\n');
-    let mut reproduced: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
+    let mut reproduced: BTreeMap<Mode, [usize; 3]> = BTreeMap::new();
     for (i, p) in sc.phases.iter().enumerate() {
         let (time, obs) = p
             .postmortem
@@ -461,7 +506,8 @@ fn markdown(sc: &Scenario, cal: &Calibration, args: &ReplayArgs, modes: &[ModeRe
                             .map(|r| format!("{} → ", fmt_row(key, Some(r))))
                             .unwrap_or_default();
                         format!(
-                            "{} `{}`: {r}{v}",
+                            "{}{} `{}`: {r}{v}",
+                            if c.precondition { "precondition " } else { "" },
                             match c.ok {
                                 Some(true) => "✔",
                                 Some(false) => "✘",
@@ -475,16 +521,18 @@ fn markdown(sc: &Scenario, cal: &Calibration, args: &ReplayArgs, modes: &[ModeRe
             });
             let verdict = match step {
                 Some(s) => {
-                    let e = reproduced.entry(m.mode.variant()).or_default();
-                    e.1 += 1;
-                    if s.reproduced {
-                        e.0 += 1;
-                        "reproduced"
-                    } else {
-                        "**not reproduced**"
+                    let e = reproduced.entry(m.mode).or_default();
+                    e[match s.outcome {
+                        StepOutcome::Reproduced => 0,
+                        StepOutcome::NotReproduced => 1,
+                        StepOutcome::NotMeasured => 2,
+                    }] += 1;
+                    match s.outcome {
+                        StepOutcome::Reproduced => s.outcome.words(m.mode).to_string(),
+                        o => format!("**{}**", o.words(m.mode)),
                     }
                 }
-                None => "—",
+                None => "—".to_string(),
             };
             md.push_str(&format!(" {measured} | {verdict} |"));
         }
@@ -492,27 +540,34 @@ fn markdown(sc: &Scenario, cal: &Calibration, args: &ReplayArgs, modes: &[ModeRe
         let _ = i;
     }
     md.push('\n');
-    for (mode, (ok, n)) in &reproduced {
-        md.push_str(&format!("- {mode}: {ok} of {n} steps reproduced\n"));
+    for (mode, [ok, no, unmeasured]) in &reproduced {
+        md.push_str(&format!(
+            "- {}: {ok} of {} steps {}; {no} {}; {unmeasured} not measured (a precondition \
+             failed or a value was missing)\n",
+            mode.variant(),
+            ok + no + unmeasured,
+            StepOutcome::Reproduced.words(*mode),
+            StepOutcome::NotReproduced.words(*mode),
+        ));
     }
 
     // Performance Comparison.
     let peak = |m: &ModeReport| {
-        m.phases
-            .iter()
-            .enumerate()
-            .max_by(|a, b| {
-                let e = |p: &engine::PhaseReport| {
-                    p.summary.get("error_5xx_pct").copied().unwrap_or(0.0)
-                };
-                e(a.1).total_cmp(&e(b.1))
-            })
-            .map_or(0, |(i, _)| i)
+        let summaries: Vec<_> = m.phases.iter().map(|p| &p.summary).collect();
+        sc.peak_phase(&summaries)
     };
     md.push_str("\n## Performance Comparison (the postmortem's table, measured)\n\n");
-    md.push_str("Before = the steady phase; peak = the phase with the highest 5xx rate; after fix = the last phase.\n\n| Metric | postmortem before | postmortem peak | postmortem after |");
+    let named = modes.first().is_some_and(|m| peak(m).1);
+    md.push_str(&format!(
+        "Before = the steady phase; peak = {}; after fix = the last phase.\n\n| Metric | postmortem before | postmortem peak | postmortem after |",
+        if named {
+            "the phase the scenario names as the postmortem's peak (its `peak`)"
+        } else {
+            "the phase with the highest 5xx rate (the first of tied ones)"
+        }
+    ));
     for m in modes {
-        let pk = &m.phases[peak(m)].name;
+        let pk = &m.phases[peak(m).0].name;
         md.push_str(&format!(
             " {0} before | {0} peak ({pk}) | {0} after |",
             m.mode.variant()
@@ -539,7 +594,7 @@ fn markdown(sc: &Scenario, cal: &Calibration, args: &ReplayArgs, modes: &[ModeRe
         ));
         for m in modes {
             let last = m.phases.len() - 1;
-            for i in [0, peak(m), last] {
+            for i in [0, peak(m).0, last] {
                 md.push_str(&format!(
                     " {} |",
                     report::fmt_value(m.phases[i].summary.get(*key), unit)
@@ -766,4 +821,37 @@ pub async fn run(args: &ReplayArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> any
         bail!("no mode was replayed");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(ok: Option<bool>, precondition: bool) -> Verdict {
+        Verdict {
+            check: "x".into(),
+            value: None,
+            reference: None,
+            ok,
+            precondition,
+        }
+    }
+
+    #[test]
+    fn a_step_is_reproduced_only_when_its_preconditions_and_every_check_hold() {
+        use StepOutcome::*;
+        let t = Some(true);
+        let f = Some(false);
+        assert_eq!(StepOutcome::of(&[v(t, true), v(t, false)]), Reproduced);
+        assert_eq!(StepOutcome::of(&[v(t, true), v(f, false)]), NotReproduced);
+        // A failed or unmeasured precondition: no verdict either way, whatever the checks say.
+        assert_eq!(StepOutcome::of(&[v(f, true), v(t, false)]), NotMeasured);
+        assert_eq!(StepOutcome::of(&[v(None, true), v(f, false)]), NotMeasured);
+        // A check whose source was down (the plan probe refused a grant) is not a pass.
+        assert_eq!(StepOutcome::of(&[v(None, false), v(t, false)]), NotMeasured);
+        // Preconditions alone are not a verdict.
+        assert_eq!(StepOutcome::of(&[v(t, true)]), NotMeasured);
+        assert_eq!(Reproduced.words(Mode::Resilient), "fix held");
+        assert_eq!(NotReproduced.words(Mode::Legacy), "not reproduced");
+    }
 }

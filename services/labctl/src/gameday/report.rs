@@ -28,6 +28,11 @@ pub const ROWS: &[(&str, &str, &str)] = &[
         "",
     ),
     ("dead_tuples_max", "Dead tuples in entities (max)", ""),
+    (
+        "db_stats_up_min",
+        "entity-service's database facts up (min; 0 = the plan probe failed: the two rows above not measured)",
+        "",
+    ),
     ("gateway_rps", "Gateway accepted rps", "rps"),
     (
         "entity_inbound_rps",
@@ -226,27 +231,40 @@ pub fn summarize(
     if cand_n > 0.0 {
         put("candidate_query_mean_ms", Some(1000.0 * cand_sum / cand_n));
     }
+    // The plan probe's facts count only where their source was up in every second: a gauge
+    // keeps its last value (0 before the first success) while entity_db_stats_up is 0, so a
+    // probe refused a grant would otherwise read as "the plan flipped" (issue 24).
+    let stats_up = s.gauge(
+        phase,
+        "entity-service",
+        "entity_db_stats_up",
+        all,
+        true,
+        min,
+    );
+    put("db_stats_up_min", stats_up);
+    let probed = |v: Option<f64>| v.filter(|_| stats_up == Some(1.0));
     put(
         "hot_plan_index_scan_min",
-        s.gauge(
+        probed(s.gauge(
             phase,
             "entity-service",
             "entity_db_hot_plan_index_scan",
             all,
             true,
             min,
-        ),
+        )),
     );
     put(
         "dead_tuples_max",
-        s.gauge(
+        probed(s.gauge(
             phase,
             "entity-service",
             "entity_db_dead_tuples",
             all,
             true,
             max,
-        ),
+        )),
     );
     put(
         "entity_p99_ms",

@@ -24,6 +24,11 @@ pub struct Scenario {
     #[serde(default = "default_settle")]
     pub settle_seconds: u64,
     pub phases: Vec<Phase>,
+    /// The phase that stands for the postmortem's peak (10:15, after the scale-up) in the
+    /// Performance Comparison's "peak" column. Absent: the phase with the highest 5xx rate, and
+    /// the report says so.
+    #[serde(default)]
+    pub peak: Option<String>,
     /// labctl commands run after the last phase (e.g. `backfill --reset`), in order, waited for.
     #[serde(default)]
     pub cleanup: Vec<String>,
@@ -58,6 +63,12 @@ pub struct Phase {
     /// 03:00 backfill.
     #[serde(default)]
     pub run: Vec<String>,
+    /// Where the phase's verdict window starts. `phase` (default): at the phase's start — for an
+    /// action whose progress is the phenomenon (a rollback's restarts). `after-run`: once every
+    /// `run` command of the phase has finished — for an action whose RESULT is judged (ANALYZE:
+    /// the seconds it runs are still stale ones).
+    #[serde(default)]
+    pub window: Window,
     /// The postmortem's line this phase replays (the replay's timeline table).
     #[serde(default)]
     pub postmortem: Option<Postmortem>,
@@ -65,6 +76,15 @@ pub struct Phase {
     /// reproduced, by mode (`legacy`, `resilient`).
     #[serde(default)]
     pub verdict: BTreeMap<String, Vec<VerdictCheck>>,
+}
+
+/// Where a phase's verdict window starts ([`Phase::window`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Window {
+    #[default]
+    Phase,
+    AfterRun,
 }
 
 /// One line of the postmortem's timeline.
@@ -79,18 +99,31 @@ pub struct Postmortem {
 
 /// One measurable condition of a verdict: `metric` in this phase, against its value in the
 /// phase `vs` (default: the previous one). Every condition given must hold.
+///
+/// A check is either the step's verdict (the postmortem's observation as a measured bound, or
+/// for the fixed client the fix's own expectation) or, with `precondition: true`, a fact the
+/// verdict needs to mean anything (the scenario's command ran, the flag took effect, the trigger
+/// happened): a precondition that fails or is not measured makes the step *not measured*, never
+/// reproduced and never failed.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct VerdictCheck {
     pub metric: String,
     #[serde(default)]
     pub vs: Option<String>,
-    /// More than 10% above the reference.
+    /// More than 10% above the reference AND at least `by` above it.
     #[serde(default)]
     pub rises: bool,
-    /// More than 10% below the reference.
+    /// More than 10% below the reference AND at least `by` below it.
     #[serde(default)]
     pub falls: bool,
+    /// The absolute floor of `rises`/`falls`, in the metric's unit (required with them): a
+    /// relative change alone makes one 5xx after a 0.0% step "rise".
+    #[serde(default)]
+    pub by: Option<f64>,
+    /// A precondition, not the verdict (see above).
+    #[serde(default)]
+    pub precondition: bool,
     #[serde(default)]
     pub min: Option<f64>,
     #[serde(default)]
@@ -121,11 +154,12 @@ impl VerdictCheck {
         }
         if self.needs_reference() {
             let r = reference?;
+            let by = self.by.unwrap_or(0.0);
             if self.rises {
-                ok &= v > r * 1.1 + 1e-9;
+                ok &= v > r * 1.1 + 1e-9 && v - r >= by;
             }
             if self.falls {
-                ok &= v < r / 1.1 - 1e-9;
+                ok &= v < r / 1.1 - 1e-9 && r - v >= by;
             }
             if let Some(x) = self.min_ratio {
                 ok &= r > 0.0 && v / r >= x;
@@ -140,11 +174,12 @@ impl VerdictCheck {
     /// The condition in words (`rises`, `≥ 2× steady`, `in [0.5, 10]`).
     pub fn describe(&self, reference_phase: &str) -> String {
         let mut parts = Vec::new();
+        let by = self.by.map_or(String::new(), |b| format!(" by ≥ {b}"));
         if self.rises {
-            parts.push(format!("rises vs {reference_phase}"));
+            parts.push(format!("rises{by} vs {reference_phase}"));
         }
         if self.falls {
-            parts.push(format!("falls vs {reference_phase}"));
+            parts.push(format!("falls{by} vs {reference_phase}"));
         }
         if let Some(x) = self.min_ratio {
             parts.push(format!("≥ {x}× {reference_phase}"));
@@ -265,6 +300,22 @@ impl Scenario {
                             c.metric
                         );
                     }
+                    if (c.rises || c.falls) && !c.by.map(|b| b > 0.0).unwrap_or(false) {
+                        bail!(
+                            "phase {}: verdict on {}: rises/falls needs `by`, an absolute floor \
+                             > 0 in the metric's unit (a 10% change of nearly nothing is not a \
+                             change)",
+                            p.name,
+                            c.metric
+                        );
+                    }
+                    if c.by.is_some() && !(c.rises || c.falls) {
+                        bail!(
+                            "phase {}: verdict on {}: `by` only goes with rises or falls",
+                            p.name,
+                            c.metric
+                        );
+                    }
                     if c.needs_reference() {
                         match &c.vs {
                             Some(v) if !self.phases[..i].iter().any(|q| &q.name == v) => bail!(
@@ -291,6 +342,19 @@ impl Scenario {
                 }
             }
         }
+        if let Some(peak) = &self.peak {
+            if !self.phases.iter().any(|p| &p.name == peak) {
+                bail!("peak: no phase named {peak:?}");
+            }
+        }
+        for p in &self.phases {
+            if p.window == Window::AfterRun && p.run.is_empty() {
+                bail!(
+                    "phase {}: window after-run needs a `run` command to wait for",
+                    p.name
+                );
+            }
+        }
         for (mode, checks) in &self.expect {
             if !["legacy", "resilient"].contains(&mode.as_str()) {
                 bail!("expect: unknown mode {mode:?}");
@@ -302,6 +366,31 @@ impl Scenario {
             }
         }
         Ok(())
+    }
+
+    /// The phase the report's "peak" column shows: [`Scenario::peak`], else the phase with the
+    /// highest `error_5xx_pct` in `summaries` (the first of tied ones); and whether it was named.
+    pub fn peak_phase(&self, summaries: &[&super::report::PhaseSummary]) -> (usize, bool) {
+        if let Some(i) = self
+            .peak
+            .as_ref()
+            .and_then(|n| self.phases.iter().position(|p| &p.name == n))
+        {
+            return (i, true);
+        }
+        let e = |i: usize| {
+            summaries
+                .get(i)
+                .and_then(|s| s.get("error_5xx_pct").copied())
+                .unwrap_or(0.0)
+        };
+        let mut best = 0;
+        for i in 1..summaries.len() {
+            if e(i) > e(best) {
+                best = i;
+            }
+        }
+        (best, false)
     }
 
     /// The phase a verdict check of phase `i` compares with.
@@ -340,7 +429,7 @@ mod tests {
 
     #[test]
     fn verdict_checks_hold_only_when_every_condition_does() {
-        let rises = check("{metric: error_5xx_pct, rises: true}");
+        let rises = check("{metric: error_5xx_pct, rises: true, by: 1}");
         assert_eq!(rises.holds(Some(11.0), Some(2.1)), Some(true));
         assert_eq!(
             rises.holds(Some(2.2), Some(2.1)),
@@ -354,9 +443,30 @@ mod tests {
             "not measured: no verdict"
         );
         assert_eq!(rises.holds(Some(3.0), None), None);
-        let falls = check("{metric: entity_p99_ms, falls: true}");
+        // The floor: one 5xx after a 0.0% step is not a rise (issue 24), however relative.
+        assert_eq!(
+            rises.holds(Some(0.05), Some(0.0)),
+            Some(false),
+            "+0.05 points is below the 1-point floor"
+        );
+        assert_eq!(rises.holds(Some(1.5), Some(0.4)), Some(true));
+        assert_eq!(
+            rises.describe("plan-flip"),
+            "error_5xx_pct rises by ≥ 1 vs plan-flip"
+        );
+        let falls = check("{metric: entity_p99_ms, falls: true, by: 50}");
         assert_eq!(falls.holds(Some(130.0), Some(640.0)), Some(true));
         assert_eq!(falls.holds(Some(600.0), Some(640.0)), Some(false));
+        assert_eq!(
+            falls.holds(Some(737.0), Some(870.0)),
+            Some(true),
+            "15% and 133 ms: a fall by this rule — which is why analyze is judged against steady now"
+        );
+        assert_eq!(
+            falls.holds(Some(20.0), Some(60.0)),
+            Some(false),
+            "below the floor"
+        );
         let band = check("{metric: error_5xx_pct, min: 0.5, max: 10}");
         assert_eq!(
             band.holds(Some(2.1), None),
@@ -383,11 +493,20 @@ mod tests {
                 .unwrap()
                 .validate(&defs)
         };
-        assert!(with("{metric: error_5xx_pct, rises: true}").is_ok());
-        assert!(with("{metric: error_5xx_pct, rises: true, vs: a}").is_ok());
-        assert!(with("{metric: no_such_row, rises: true}").is_err());
-        assert!(with("{metric: error_5xx_pct, rises: true, vs: b}").is_err());
-        assert!(with("{metric: error_5xx_pct, rises: true, vs: zzz}").is_err());
+        assert!(with("{metric: error_5xx_pct, rises: true, by: 1}").is_ok());
+        assert!(with("{metric: error_5xx_pct, rises: true, by: 1, vs: a}").is_ok());
+        assert!(with("{metric: no_such_row, rises: true, by: 1}").is_err());
+        assert!(with("{metric: error_5xx_pct, rises: true, by: 1, vs: b}").is_err());
+        assert!(with("{metric: error_5xx_pct, rises: true, by: 1, vs: zzz}").is_err());
+        assert!(
+            with("{metric: error_5xx_pct, rises: true}").is_err(),
+            "rises without an absolute floor"
+        );
+        assert!(with("{metric: error_5xx_pct, rises: true, by: 0}").is_err());
+        assert!(
+            with("{metric: error_5xx_pct, max: 1, by: 1}").is_err(),
+            "by without rises/falls"
+        );
         assert!(with("{metric: error_5xx_pct}").is_err(), "no condition");
     }
 
@@ -406,6 +525,128 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// What a metric can be: percentages are 0..=100, the plan gauge 0 or 1, the rest >= 0.
+    fn feasible(metric: &str) -> Vec<f64> {
+        const GRID: &[f64] = &[
+            0.0, 0.001, 0.05, 0.5, 1.0, 1.01, 1.2, 1.5, 2.0, 5.0, 10.0, 34.0, 50.0, 66.7, 70.0,
+            90.0, 100.0, 500.0, 1e4, 1e6,
+        ];
+        match metric {
+            "hot_plan_index_scan_min" | "db_stats_up_min" => vec![0.0, 1.0],
+            m if m.ends_with("_pct") => GRID.iter().copied().filter(|v| *v <= 100.0).collect(),
+            _ => GRID.to_vec(),
+        }
+    }
+
+    /// Can `c` fail, whatever its reference turned out to be? For every feasible reference there
+    /// must be a feasible value it refuses. (The legacy canary's old `≤ 1.5× kill-switch-gateway`
+    /// held for every value once the reference read 66.7% or more.)
+    fn can_fail(c: &VerdictCheck) -> bool {
+        let values = feasible(&c.metric);
+        let bounded = values.last().is_some_and(|top| *top <= 100.0);
+        let references: Vec<Option<f64>> = if c.needs_reference() {
+            values.iter().map(|r| Some(*r)).collect()
+        } else {
+            vec![None]
+        };
+        references.iter().all(|r| {
+            // An unbounded quantity can always be ten times its reference.
+            let beyond = r.filter(|_| !bounded).map(|r| r * 10.0 + 1.0);
+            values
+                .iter()
+                .copied()
+                .chain(beyond)
+                .any(|v| c.holds(Some(v), *r) == Some(false))
+        })
+    }
+
+    /// Quantities that only echo the scenario's own command (a rollout ran, the replicas exist):
+    /// preconditions, never the verdict.
+    const ECHOES: &[&str] = &["rollouts", "orchestrator_replicas_max", "crash_restarts"];
+    /// (mode, metric, value): a quantity the mode fixes by construction. The fixed gateway makes
+    /// exactly one attempt per request (retries live at one layer, not this one).
+    const BY_CONSTRUCTION: &[(&str, &str, f64)] =
+        &[("resilient", "gateway_attempts_per_first", 1.0)];
+
+    fn verdict_problems(sc: &Scenario) -> Vec<String> {
+        let mut bad = Vec::new();
+        for p in &sc.phases {
+            for (mode, checks) in &p.verdict {
+                let verdict: Vec<_> = checks.iter().filter(|c| !c.precondition).collect();
+                if verdict.is_empty() {
+                    bad.push(format!("{}/{mode}: only preconditions, no verdict", p.name));
+                }
+                for c in verdict {
+                    let what = format!("{}/{mode}: {}", p.name, c.describe("its reference"));
+                    if !can_fail(c) {
+                        bad.push(format!("{what}: cannot fail for some reference"));
+                    }
+                    if ECHOES.contains(&c.metric.as_str()) {
+                        bad.push(format!("{what}: echoes the scenario's command"));
+                    }
+                    for (m, metric, v) in BY_CONSTRUCTION {
+                        if m == mode && *metric == c.metric {
+                            bad.push(format!("{what}: {metric} is {v} by construction in {m}"));
+                        }
+                    }
+                }
+            }
+        }
+        bad
+    }
+
+    #[test]
+    fn every_verdict_of_the_shipped_scenarios_can_fail() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../load/scenarios");
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "yaml") {
+                let sc = parse_file(&path).unwrap();
+                let bad = verdict_problems(&sc);
+                assert!(bad.is_empty(), "{}:\n{}", path.display(), bad.join("\n"));
+            }
+        }
+    }
+
+    #[test]
+    fn the_verdict_audit_finds_what_the_old_incident_checks_got_wrong() {
+        // The checks of incident.yaml as they were at 32f6e66, each a way a verdict could not
+        // fail (issue 24). The audit must name every one.
+        let old = "name: x\nsummary: s\ndescription: d\nrate: 10\nphases:\n\
+          - {name: steady, seconds: 5}\n\
+          - {name: rollback, seconds: 5, verdict: {legacy: [{metric: rollouts, min: 1}]}}\n\
+          - {name: kill-switch-gateway, seconds: 5, verdict: {resilient: [{metric: gateway_attempts_per_first, max: 1.01}]}}\n\
+          - {name: canary, seconds: 5, verdict: {legacy: [{metric: error_5xx_pct, max_ratio: 1.5, vs: kill-switch-gateway}]}}\n";
+        let sc: Scenario = serde_norway::from_str(old).unwrap();
+        let bad = verdict_problems(&sc);
+        let named = |what: &str| bad.iter().any(|b| b.starts_with(what));
+        assert!(named("rollback/legacy"), "{bad:?}");
+        assert!(named("kill-switch-gateway/resilient"), "{bad:?}");
+        assert!(named("canary/legacy"), "{bad:?}");
+        assert_eq!(bad.len(), 3, "{bad:?}");
+        // And a sound check passes it.
+        let sound = check("{metric: error_5xx_pct, max: 10}");
+        assert!(can_fail(&sound));
+        let floor = check("{metric: error_5xx_pct, rises: true, by: 1}");
+        assert!(can_fail(&floor));
+    }
+
+    #[test]
+    fn the_peak_is_the_named_phase_or_the_first_of_the_worst() {
+        let y = "name: x\nsummary: s\ndescription: d\nrate: 10\nphases:\n\
+          - {name: a, seconds: 5}\n\
+          - {name: b, seconds: 5}\n\
+          - {name: c, seconds: 5}\n";
+        let mut sc: Scenario = serde_norway::from_str(y).unwrap();
+        let s = |e: f64| -> super::super::report::PhaseSummary {
+            [("error_5xx_pct".to_string(), e)].into_iter().collect()
+        };
+        let (a, b, c) = (s(1.0), s(100.0), s(100.0));
+        assert_eq!(sc.peak_phase(&[&a, &b, &c]), (1, false), "ties: the first");
+        sc.peak = Some("a".into());
+        assert_eq!(sc.peak_phase(&[&a, &b, &c]), (0, true));
     }
 
     #[test]
