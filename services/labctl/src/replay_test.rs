@@ -137,9 +137,13 @@ async fn the_real_trigger_storms_the_legacy_lab_and_the_fixed_one_absorbs_it() {
         .unwrap();
     backfill::invalidate(&client).await.unwrap();
 
-    // Calibrate on this machine: what the stale database serves at most (closed loop, fixed
-    // client, warm caches from a first probe).
-    lab.set_flag("client.mode", "resilient").await;
+    // Calibrate on this machine: what the stale database serves at most (closed loop, warm
+    // caches from a first probe). With the LEGACY client: at 8 closed-loop clients it neither
+    // storms (nothing times out) nor sheds, so the probe measures the database. The fixed
+    // client's concurrency limit capped the probe below what the database serves: CI once
+    // measured 166 rps that way, and at 1.5x that the legacy client served 252/s with 0% failed
+    // (no overload at all) while the fixed one shed 17% (issue 27's "harm", not this test's).
+    lab.set_flag("client.mode", "legacy").await;
     let keys = seed::read_api_keys(&data).unwrap();
     let probe = |seconds: u64, seed: u64| {
         let args = LoadArgs::stream(&lab.gateway.url, 1.0, seconds, TenantMix::Size, seed);
