@@ -245,8 +245,9 @@ pub fn setup_fingerprint(
         }
         None => "-".into(),
     };
+    let bins = binaries_digest(args.lab.bin_dir.as_deref())?;
     Ok(format!(
-        "warmup={} seed={} memory={:?} orchestrators={} entity_services={} gateways={} policy={policy_hash}",
+        "warmup={} seed={} memory={:?} orchestrators={} entity_services={} gateways={} policy={policy_hash} binaries={bins}",
         args.warmup_seconds,
         args.seed,
         cal.memory_limit_bytes,
@@ -254,6 +255,37 @@ pub fn setup_fingerprint(
         args.lab.entity_services,
         args.lab.gateways,
     ))
+}
+
+/// The binaries a cell runs, by content (SHA-256 of each file, in a fixed order): a resumed
+/// matrix must not reuse a cell measured with other client code (issue 24). `bin_dir`: where
+/// `labctl up` takes them from (default: beside this labctl, as `lab::plan` does).
+pub fn binaries_digest(bin_dir: Option<&Path>) -> anyhow::Result<String> {
+    use sha2::Digest;
+    let exe = std::env::current_exe()?;
+    let dir = match bin_dir {
+        Some(d) => d.to_path_buf(),
+        None => exe
+            .parent()
+            .context("labctl has no parent directory")?
+            .to_path_buf(),
+    };
+    let mut h = sha2::Sha256::new();
+    for name in [
+        "edge-gateway",
+        "orchestrator",
+        "entity-service",
+        "enrichment",
+    ] {
+        let path = dir.join(name);
+        // A missing binary is `labctl up`'s error to report; here it only changes the digest.
+        let bytes = std::fs::read(&path).unwrap_or_default();
+        h.update(name.as_bytes());
+        h.update((bytes.len() as u64).to_le_bytes());
+        h.update(&bytes);
+    }
+    h.update(std::fs::read(&exe).with_context(|| format!("reading {}", exe.display()))?);
+    Ok(hex::encode(&h.finalize()[..8]))
 }
 
 impl CellSpec {
@@ -320,6 +352,11 @@ pub struct CellResult {
     pub phases: Vec<(String, BTreeMap<String, f64>)>,
     /// The run's own counts added up.
     pub consistent: bool,
+    /// Why this repetition cannot be ranked or mapped (empty: valid): the trigger's command
+    /// failed, the hot plan never left the index scan (or was not measured) while the plan was
+    /// meant to be stale, the counts do not add up. See [`invalid_reasons`].
+    #[serde(default)]
+    pub invalid: Vec<String>,
     /// Wall time of the cell, lab start to lab down.
     pub seconds: f64,
     pub dir: PathBuf,
@@ -352,6 +389,9 @@ impl CellResult {
                 r
             })
             .collect();
+        // A stored cell is judged by today's rule too (its trigger command's outcome is not
+        // stored: a failed one shows as a plan that never flipped).
+        self.invalid = invalid_reasons(&self.phases, &[], self.consistent);
         let mut m = aggregate(&reports);
         let phase_list: Vec<(String, f64, f64)> = reports
             .iter()
@@ -369,6 +409,67 @@ impl CellResult {
         }
         self.metrics = m;
     }
+}
+
+/// Why a repetition proves nothing (empty: it does). A cell is an experiment on the stale plan:
+/// one whose trigger command failed (its DDL lock timeout, say), or whose hot plan was still an
+/// index scan — or not measured — during the stale window, measured something else; one whose
+/// own counts do not add up measured nothing reliably.
+pub fn invalid_reasons(
+    phases: &[(String, BTreeMap<String, f64>)],
+    trigger_failed: &[String],
+    consistent: bool,
+) -> Vec<String> {
+    let mut why: Vec<String> = trigger_failed
+        .iter()
+        .map(|c| format!("the trigger's `labctl {c}` failed (actions.log)"))
+        .collect();
+    // The stale window: every phase between steady and analyzed ("stale", and "rollback").
+    for (name, summary) in phases
+        .iter()
+        .filter(|(n, _)| n != "steady" && n != "analyzed")
+    {
+        match summary.get("hot_plan_index_scan_min") {
+            None => why.push(format!(
+                "{name}: the hot plan was not measured (entity_db_stats_up was not 1 throughout)"
+            )),
+            Some(v) if *v > 0.0 => why.push(format!(
+                "{name}: the hot plan never left the index scan — the trigger did not happen"
+            )),
+            Some(_) => {}
+        }
+    }
+    if !consistent {
+        why.push("the run's own counts do not add up (its summary's consistency checks)".into());
+    }
+    why
+}
+
+/// The repetitions that prove their trigger; the others are named in the error of
+/// [`ensure_valid`] once the report is written.
+pub fn valid(results: &[CellResult]) -> Vec<CellResult> {
+    results
+        .iter()
+        .filter(|r| r.invalid.is_empty())
+        .cloned()
+        .collect()
+}
+
+/// Fail (after the report) when any repetition was invalid: a matrix with holes is not a result.
+pub fn ensure_valid(results: &[CellResult]) -> anyhow::Result<()> {
+    let bad: Vec<String> = results
+        .iter()
+        .filter(|r| !r.invalid.is_empty())
+        .map(|r| format!("{} rep {}: {}", r.spec.id, r.repeat, r.invalid.join("; ")))
+        .collect();
+    anyhow::ensure!(
+        bad.is_empty(),
+        "{} cell repetition(s) excluded from the rankings and maps as invalid (--rerun measures \
+         them again):\n  {}",
+        bad.len(),
+        bad.join("\n  ")
+    );
+    Ok(())
 }
 
 /// May a stored repetition stand for `wanted`? Only when it was measured with exactly this cell
@@ -478,15 +579,17 @@ async fn run_one(
     // may have left the plan stale), then a fresh lab, its memory limit, the cell's flags, and
     // the same closed-loop warm-up.
     replay::labctl(g, "remediate analyze", &log).await?;
-    replay::fresh_lab(&ra, g).await?;
-    if let Some(b) = cal.memory_limit_bytes {
-        replay::labctl(g, &format!("limits memory orchestrator {b}"), &log).await?;
-    }
+    // The cell's flags before the lab boots: it boots with what the store holds, and the store
+    // still holds the previous cell's (issue 24).
     let store = lab_flags::Store::new(&g.redis_url)?;
     store.reset().await?;
     store.set("client.mode", spec.mode.variant()).await?;
     for (f, v) in &spec.flags {
         store.set(f, v).await?;
+    }
+    replay::fresh_lab(&ra, g).await?;
+    if let Some(b) = cal.memory_limit_bytes {
+        replay::labctl(g, &format!("limits memory orchestrator {b}"), &log).await?;
     }
     tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     replay::closed_loop(
@@ -548,13 +651,22 @@ async fn run_one(
     // What was left of the recovery window once ANALYZE had finished (a slow ANALYZE
     // shortens it; "stayed failed" means "not within this").
     metrics.insert("recovery_window_s".into(), run_end - analyze_end);
+    let consistent = outcome.consistency.iter().all(|c| c.ok);
+    let trigger_failed: Vec<String> = outcome
+        .actions
+        .iter()
+        .filter(|a| a.command.starts_with("backfill") && !a.ok)
+        .map(|a| a.command.clone())
+        .collect();
+    let invalid = invalid_reasons(&phases, &trigger_failed, consistent);
     let result = CellResult {
         spec: spec.clone(),
         repeat: rep,
         metrics,
         recovery_seconds: recovery,
+        invalid,
         phases,
-        consistent: outcome.consistency.iter().all(|c| c.ok),
+        consistent,
         seconds: started.elapsed().as_secs_f64(),
         dir: dir.to_path_buf(),
     };
@@ -977,10 +1089,13 @@ mod tests {
                 ),
             ],
             consistent: true,
+            invalid: vec![],
             seconds: 100.0,
             dir: PathBuf::from("/nonexistent"),
         };
         r.refresh();
+        // Stored without a plan figure: judged by today's rule, it proved no trigger.
+        assert!(!r.invalid.is_empty(), "{:?}", r.invalid);
         assert_eq!(r.metrics["gateway_attempts_per_first_peak"], 2.5);
         assert_eq!(r.metrics["error_5xx_pct"], 30.0);
         assert_eq!(r.metrics["retry_amplified_seconds_longest"], 4.0);
@@ -1018,6 +1133,48 @@ mod tests {
             ..wanted.clone()
         };
         assert!(!reusable(&other_rate, &wanted));
+    }
+
+    #[test]
+    fn a_cell_that_did_not_prove_its_trigger_is_invalid() {
+        let kv = |pairs: &[(&str, f64)]| -> BTreeMap<String, f64> {
+            pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+        };
+        let flipped = vec![
+            (
+                "steady".to_string(),
+                kv(&[("hot_plan_index_scan_min", 1.0)]),
+            ),
+            ("stale".to_string(), kv(&[("hot_plan_index_scan_min", 0.0)])),
+            (
+                "analyzed".to_string(),
+                kv(&[("hot_plan_index_scan_min", 1.0)]),
+            ),
+        ];
+        assert!(invalid_reasons(&flipped, &[], true).is_empty());
+        // The plan never flipped (the invalidation's DDL timed out, say).
+        let mut never = flipped.clone();
+        never[1].1.insert("hot_plan_index_scan_min".into(), 1.0);
+        let why = invalid_reasons(&never, &[], true);
+        assert_eq!(why.len(), 1, "{why:?}");
+        assert!(why[0].contains("never left the index scan"), "{why:?}");
+        // The probe was down: not measured is not proof.
+        let mut blind = flipped.clone();
+        blind[1].1.clear();
+        assert!(invalid_reasons(&blind, &[], true)[0].contains("not measured"));
+        // The trigger's command failed, the counts do not add up.
+        let why = invalid_reasons(&flipped, &["backfill --only invalidate".into()], false);
+        assert_eq!(why.len(), 2, "{why:?}");
+        // A rollback phase is part of the stale window too.
+        let mut rolled = flipped.clone();
+        rolled.insert(
+            2,
+            (
+                "rollback".to_string(),
+                kv(&[("hot_plan_index_scan_min", 1.0)]),
+            ),
+        );
+        assert_eq!(invalid_reasons(&rolled, &[], true).len(), 1);
     }
 
     #[test]

@@ -168,7 +168,10 @@ pub async fn run(args: &MapArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> anyhow
         args.cells.repeat,
         out.display()
     );
-    let results = cell::run_all(&specs, &args.cells, &cal, g, &keys, &out).await?;
+    let all = cell::run_all(&specs, &args.cells, &cal, g, &keys, &out).await?;
+    // Only cells that proved their trigger are mapped (a square with none is drawn as not
+    // measured); the others fail the command below.
+    let results = cell::valid(&all);
     let map: Vec<MapCell> = specs
         .iter()
         .map(|s| {
@@ -195,12 +198,12 @@ pub async fn run(args: &MapArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> anyhow
         .collect();
     // What the measurement cost: every cell as measured (a resumed run reads most back) and
     // the calibration.
-    let seconds = results.iter().map(|r| r.seconds).sum::<f64>() + cal.seconds;
+    let seconds = all.iter().map(|r| r.seconds).sum::<f64>() + cal.seconds;
     let mut md = markdown(
         &cal, &loads, &triggers, &modes, &map, args, recovery, seconds,
     );
     md.push('\n');
-    md.push_str(&cell::cost_line(&results));
+    md.push_str(&cell::cost_line(&all));
     md.push('\n');
     std::fs::write(out.join("map.md"), &md)?;
     std::fs::write(
@@ -212,7 +215,7 @@ pub async fn run(args: &MapArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> anyhow
             recovery_window_seconds: recovery,
             recovery_margin: args.cells.recovery_margin,
             map: &map,
-            cells: &results,
+            cells: &all,
             seconds,
         })?,
     )?;
@@ -251,7 +254,7 @@ pub async fn run(args: &MapArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> anyhow
         out.join("map.md").display(),
         out.join("report.html").display()
     );
-    Ok(())
+    cell::ensure_valid(&all)
 }
 
 fn find(map: &[MapCell], mode: Mode, load: f64, trigger: u64) -> Option<&MapCell> {

@@ -295,8 +295,10 @@ pub(super) async fn calibrate(
         "calibration: fresh lab, resilient mode, closed loop at {} clients",
         args.probe_concurrency
     );
-    fresh_lab(args, g).await?;
+    // Flags first: a lab boots with what the store holds (the boot warm-up included), and the
+    // store still holds the previous run's flags.
     set_resilient(g).await?;
+    fresh_lab(args, g).await?;
     let (healthy, _) = closed_loop(
         args,
         g,
@@ -609,7 +611,14 @@ fn markdown(sc: &Scenario, cal: &Calibration, args: &ReplayArgs, modes: &[ModeRe
         md.push_str(&format!(
             "- {}: {}\n",
             m.mode.variant(),
-            m.fix_quality.map_or("—".into(), |q| format!("{q:.2}"))
+            m.fix_quality.map_or(
+                if cal.stale_capacity_rps.is_finite() {
+                    "not measured".to_string()
+                } else {
+                    "not measured (no calibration: --rate gives no stale capacity)".to_string()
+                },
+                |q| format!("{q:.2}")
+            )
         ));
     }
 
@@ -666,6 +675,12 @@ fn markdown(sc: &Scenario, cal: &Calibration, args: &ReplayArgs, modes: &[ModeRe
 /// of phase: `Σ goodput / Σ min(offered, stale capacity)`. A perfect client loses only work
 /// nobody waits for, so it scores 1.
 fn fix_quality(sc: &Scenario, phases: &[engine::PhaseReport], stale_capacity: f64) -> Option<f64> {
+    // Without a measured stale capacity (`--rate` skips the calibration) there is no "what the
+    // stale database could serve": not measured. (`f64::min` ignores a NaN, which silently made
+    // this goodput ÷ offered — issue 24.)
+    if !(stale_capacity.is_finite() && stale_capacity > 0.0) {
+        return None;
+    }
     let has = |p: &scenario::Phase, cmd: &str| p.run.iter().any(|r| r.starts_with(cmd));
     let from = sc
         .phases
@@ -741,6 +756,12 @@ pub async fn run(args: &ReplayArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> any
             mode.variant(),
             args.warmup_seconds
         );
+        // The mode's flags before the lab boots: it boots with what the store holds, and the
+        // store still holds the calibration's (resilient, boot warm-up on) — a legacy lab that
+        // booted with them warmed its caches the fixed way (issue 24).
+        let store = lab_flags::Store::new(&g.redis_url)?;
+        store.reset().await?;
+        store.set("client.mode", mode.variant()).await?;
         fresh_lab(args, g).await?;
         // The limit before the warm-up: memory a process holds when it enters its cgroup stays
         // charged elsewhere (see cgroup.rs), and the cache is most of it.
@@ -752,9 +773,6 @@ pub async fn run(args: &ReplayArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> any
             )
             .await?;
         }
-        let store = lab_flags::Store::new(&g.redis_url)?;
-        store.reset().await?;
-        store.set("client.mode", mode.variant()).await?;
         tokio::time::sleep(std::time::Duration::from_secs(1)).await;
         closed_loop(
             args,
@@ -785,7 +803,9 @@ pub async fn run(args: &ReplayArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> any
         lab::down(&g.state_dir).await?;
         let steps = verdicts(&sc, mode, &outcome.phases);
         let fix_quality = fix_quality(&sc, &outcome.phases, cal.stale_capacity_rps);
-        super::fail_on_inconsistency(&outcome.consistency, &dir)?;
+        // A mode whose counts do not add up fails the replay, but only after BOTH modes ran and
+        // the report was written (it says so): bailing here skipped the other mode and wrote
+        // nothing, under a message that said the report was written anyway.
         reports.push(ModeReport {
             mode,
             phases: outcome.phases,
@@ -820,6 +840,10 @@ pub async fn run(args: &ReplayArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> any
     if reports.is_empty() {
         bail!("no mode was replayed");
     }
+    for r in &reports {
+        super::fail_on_inconsistency(&r.consistency, &out)
+            .with_context(|| format!("{} mode", r.mode.variant()))?;
+    }
     Ok(())
 }
 
@@ -852,6 +876,42 @@ mod tests {
         // Preconditions alone are not a verdict.
         assert_eq!(StepOutcome::of(&[v(t, true)]), NotMeasured);
         assert_eq!(Reproduced.words(Mode::Resilient), "fix held");
-        assert_eq!(NotReproduced.words(Mode::Legacy), "not reproduced");
+    }
+
+    #[test]
+    fn the_fix_in_one_number_is_not_measured_without_a_stale_capacity() {
+        let y = "name: x\nsummary: s\ndescription: d\nrate: 10\nphases:\n\
+          - {name: steady, seconds: 10}\n\
+          - {name: stale, seconds: 10, run: [\"backfill --only invalidate\"]}\n\
+          - {name: analyze, seconds: 10, run: [\"remediate analyze\"]}\n";
+        let sc: Scenario = serde_norway::from_str(y).unwrap();
+        let phase = |name: &str, good: f64, offered: f64| engine::PhaseReport {
+            name: name.into(),
+            seconds: 10,
+            start: 0.0,
+            judged_from: None,
+            summary: [
+                ("goodput_rps".to_string(), good),
+                ("offered_rps".to_string(), offered),
+            ]
+            .into_iter()
+            .collect(),
+            errors_5xx_by_origin: Default::default(),
+        };
+        let phases = [
+            phase("steady", 100.0, 100.0),
+            phase("stale", 40.0, 100.0),
+            phase("analyze", 100.0, 100.0),
+        ];
+        assert_eq!(
+            fix_quality(&sc, &phases, 50.0),
+            Some(0.8),
+            "40 of the 50 it could serve"
+        );
+        assert_eq!(fix_quality(&sc, &phases, f64::NAN), None, "not 40 / 100");
+        assert_eq!(
+            StepOutcome::NotReproduced.words(Mode::Legacy),
+            "not reproduced"
+        );
     }
 }
