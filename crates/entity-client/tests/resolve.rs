@@ -476,6 +476,17 @@ async fn resolve_round_robins_attempts_over_replicas() {
     assert_eq!((a.requests(), b.requests()), (2, 1));
 }
 
+/// `n` resolves at once; the errors of those that failed.
+async fn concurrent_failures(client: &Client, n: usize, controls: &Controls) -> Vec<String> {
+    let (cx, req) = (ctx(), request());
+    let calls = (0..n).map(|_| client.resolve(&cx, &req, controls));
+    futures::future::join_all(calls)
+        .await
+        .iter()
+        .filter_map(|r| r.as_ref().err().map(|e| e.to_string()))
+        .collect()
+}
+
 /// A loopback address nothing listens on: bound, then closed (connects to it are refused).
 fn refusing_url() -> String {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -502,13 +513,7 @@ async fn resolve_fails_over_past_refusing_replicas_under_concurrency() {
         ..Controls::default()
     };
     let n = 40;
-    let (cx, req) = (ctx(), request());
-    let calls = (0..n).map(|_| client.resolve(&cx, &req, &controls));
-    let results = futures::future::join_all(calls).await;
-    let failed: Vec<String> = results
-        .iter()
-        .filter_map(|r| r.as_ref().err().map(|e| e.to_string()))
-        .collect();
+    let failed = concurrent_failures(&client, n, &controls).await;
     assert!(
         failed.is_empty(),
         "{} of {n} failed: {failed:?}",
@@ -642,16 +647,10 @@ async fn resolve_fails_over_when_a_reused_connection_closes_before_the_answer() 
         ..config(&live.url)
     });
     let n = 40;
-    let (cx, req, controls) = (ctx(), request(), Controls::default());
     // Two rounds of 40 at once: the first opens connections (each answered once and pooled),
     // the second reuses them and meets the closes.
     for round in 0..2 {
-        let calls = (0..n).map(|_| client.resolve(&cx, &req, &controls));
-        let results = futures::future::join_all(calls).await;
-        let failed: Vec<String> = results
-            .iter()
-            .filter_map(|r| r.as_ref().err().map(|e| e.to_string()))
-            .collect();
+        let failed = concurrent_failures(&client, n, &Controls::default()).await;
         assert!(
             failed.is_empty(),
             "round {round}: {} of {n} failed: {failed:?}",
