@@ -27,6 +27,11 @@ pub const ROWS: &[(&str, &str, &str)] = &[
         "Hot plan is an index scan (min; 0 = bitmap heap scan)",
         "",
     ),
+    (
+        "hot_plan_index_scan_last",
+        "Hot plan is an index scan (at the window's last scrape)",
+        "",
+    ),
     ("dead_tuples_max", "Dead tuples in entities (max)", ""),
     (
         "db_stats_up_min",
@@ -253,6 +258,19 @@ pub fn summarize(
             all,
             true,
             min,
+        )),
+    );
+    // The plan as the window's last scrape read it: the probe refreshes every 5 s, so the first
+    // seconds after ANALYZE still show the stale plan and a minimum cannot say "it came back".
+    put(
+        "hot_plan_index_scan_last",
+        probed(s.gauge(
+            phase,
+            "entity-service",
+            "entity_db_hot_plan_index_scan",
+            all,
+            true,
+            |_, b| b,
         )),
     );
     put(

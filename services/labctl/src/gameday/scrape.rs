@@ -287,6 +287,37 @@ mod tests {
     }
 
     #[test]
+    fn a_gauge_refreshed_late_reads_0_as_a_minimum_and_1_at_the_windows_end() {
+        // The plan probe after ANALYZE: the gauge keeps the stale plan's 0 until its next 5 s
+        // refresh. The analyze step's precondition reads the last scrape, not the minimum.
+        let targets = vec![Target {
+            service: "entity-service".into(),
+            replica: "entity-service-1".into(),
+            url: "http://127.0.0.1:1".into(),
+        }];
+        let g = "entity_db_hot_plan_index_scan";
+        let ticks = vec![
+            tick_of(0.0, 0, &[(g, 0.0)]),
+            tick_of(1.0, 1, &[(g, 0.0)]),
+            tick_of(2.0, 1, &[(g, 0.0)]),
+            tick_of(3.0, 1, &[(g, 1.0)]),
+        ];
+        let s = Series {
+            targets: &targets,
+            ticks: &ticks,
+        };
+        let all = |_: &str| true;
+        assert_eq!(
+            s.gauge(1, "entity-service", g, all, true, f64::min),
+            Some(0.0)
+        );
+        assert_eq!(
+            s.gauge(1, "entity-service", g, all, true, |_, b| b),
+            Some(1.0)
+        );
+    }
+
+    #[test]
     fn increase_counts_a_series_born_mid_run_and_a_restarted_counter() {
         let targets = vec![Target {
             service: "edge-gateway".into(),
