@@ -89,6 +89,7 @@ impl CellArgs {
             memory_limit: self.memory_limit.clone(),
             out: None,
             seed: self.seed,
+            repeat: 1,
             lab: self.lab.clone(),
         }
     }

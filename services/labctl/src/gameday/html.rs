@@ -262,9 +262,16 @@ fn replay_tables(html: &mut String, s: &Value) {
                             Some(false) => "<span class=no>✘</span>",
                             None => "?",
                         };
+                        // A precondition is not the verdict (it makes the step "not
+                        // measured" when it fails): marked apart, as in replay.md.
+                        let pre = if c["precondition"].as_bool() == Some(true) {
+                            "<span class=na>precondition</span> "
+                        } else {
+                            ""
+                        };
                         let _ = write!(
                             cell,
-                            "{mark} {}: {}{}<br>",
+                            "{pre}{mark} {}: {}{}<br>",
                             esc(c["check"].as_str().unwrap_or("")),
                             c["reference"]
                                 .as_f64()
@@ -331,6 +338,32 @@ mod tests {
             std::fs::copy(src.join(f), dir.join(f)).unwrap();
         }
         dir
+    }
+
+    #[test]
+    fn the_replay_verdict_table_marks_a_precondition_apart_from_the_verdict() {
+        let s = serde_json::json!({
+            "calibration": {"rate": 100.0},
+            "time_scale": 1.0,
+            "scenario": {"phases": [{"name": "kill-switch-entity", "postmortem": {"time": "10:52", "observation": "o"}}]},
+            "modes": [{"mode": "Legacy", "steps": [{"phase": "kill-switch-entity", "outcome": "not_measured", "checks": [
+                {"check": "entity_retries_off_last ≥ 1", "value": 0.0, "ok": false, "precondition": true},
+                {"check": "entity_inbound_rps ≤ 0.5× scale-up", "value": 10.0, "reference": 30.0, "ok": true, "precondition": false}
+            ]}]}]
+        });
+        let mut html = String::new();
+        replay_tables(&mut html, &s);
+        let pre = html
+            .find("entity_retries_off_last")
+            .expect("the precondition's row");
+        let verdict = html.find("entity_inbound_rps").expect("the verdict's row");
+        let marks: Vec<usize> = html
+            .match_indices(">precondition<")
+            .map(|(i, _)| i)
+            .collect();
+        assert_eq!(marks.len(), 1, "{html}");
+        assert!(marks[0] < pre && pre < verdict, "{html}");
+        assert!(html.contains("not measured"), "{html}");
     }
 
     #[test]

@@ -12,6 +12,7 @@ pub mod charts;
 pub mod engine;
 pub mod html;
 pub mod map;
+pub mod repeats;
 pub mod replay;
 pub mod report;
 pub mod scenario;

@@ -82,6 +82,11 @@ pub struct ReplayArgs {
     /// Seed of the document stream.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Replay N times, each a calibration and every mode on fresh labs (<out>/rep-1 …): each
+    /// step's verdict as "k of N", and a step counts as reproduced (the fix as held) only when
+    /// it did in every repetition. The calibration's spread is reported beside it.
+    #[arg(long, default_value_t = 1)]
+    pub repeat: u32,
     /// The lab's shape (every run starts a fresh one of it).
     #[command(flatten)]
     pub lab: UpArgs,
@@ -94,6 +99,12 @@ pub struct Calibration {
     pub healthy_capacity_rps: f64,
     /// The same with the stale plan (after the plan flip).
     pub stale_capacity_rps: f64,
+    /// The healthy probe's slowest and fastest second (goodput per second), rps.
+    #[serde(default)]
+    pub healthy_per_second: Option<[f64; 2]>,
+    /// The stale probe's slowest and fastest second, rps.
+    #[serde(default)]
+    pub stale_per_second: Option<[f64; 2]>,
     pub stale_over_healthy: f64,
     pub stale_utilisation: f64,
     /// The replay's rate.
@@ -173,11 +184,11 @@ pub struct StepVerdict {
 }
 
 #[derive(Serialize)]
-struct ModeReport {
-    mode: Mode,
+pub struct ModeReport {
+    pub mode: Mode,
     phases: Vec<engine::PhaseReport>,
-    steps: Vec<StepVerdict>,
-    consistency: Vec<report::Check>,
+    pub steps: Vec<StepVerdict>,
+    pub consistency: Vec<report::Check>,
     actions: Vec<engine::Action>,
     load_sent: u64,
     load_by_status: BTreeMap<String, u64>,
@@ -185,7 +196,7 @@ struct ModeReport {
     load_per_second: Vec<load::SecondSample>,
     /// Goodput while the plan is stale over what the stale database could serve of that load
     /// ([`fix_quality`]) — 1 is a perfect client.
-    fix_quality: Option<f64>,
+    pub fix_quality: Option<f64>,
 }
 
 #[derive(Serialize)]
@@ -213,6 +224,34 @@ pub(super) async fn labctl(g: &Globals, cmd: &str, log: &Path) -> anyhow::Result
     Ok(())
 }
 
+/// What a closed-loop probe measured over its last seconds: goodput per second, its mean and
+/// its slowest and fastest second.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Probe {
+    pub mean: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+impl Probe {
+    /// The probe of `per_second`'s seconds in `[from, to)` (a second with no sample: 0 good).
+    fn of(per_second: &[load::SecondSample], from: u64, to: u64) -> Probe {
+        let good: Vec<f64> = (from..to.max(from + 1))
+            .map(|sec| {
+                per_second
+                    .iter()
+                    .find(|s| s.second == sec)
+                    .map_or(0.0, |s| s.good as f64)
+            })
+            .collect();
+        Probe {
+            mean: good.iter().sum::<f64>() / good.len() as f64,
+            min: good.iter().copied().fold(f64::INFINITY, f64::min),
+            max: good.iter().copied().fold(0.0, f64::max),
+        }
+    }
+}
+
 /// A closed-loop run of `seconds`; its goodput per second over the last `tail` seconds.
 pub(super) async fn closed_loop(
     args: &ReplayArgs,
@@ -221,7 +260,7 @@ pub(super) async fn closed_loop(
     seconds: u64,
     tail: u64,
     seed: u64,
-) -> anyhow::Result<(f64, load::LoadReport)> {
+) -> anyhow::Result<(Probe, load::LoadReport)> {
     let la = LoadArgs::stream(
         &format!("http://127.0.0.1:{}", args.lab.gateway_port),
         1.0,
@@ -237,15 +276,8 @@ pub(super) async fn closed_loop(
     let r = load::run_closed(&la, args.probe_concurrency, keys.to_vec(), source).await;
     bar.finish_and_clear();
     let r = r?;
-    let from = seconds.saturating_sub(tail);
-    let window: Vec<&load::SecondSample> = r
-        .per_second
-        .iter()
-        .filter(|s| s.second >= from && s.second < seconds)
-        .collect();
-    let good: u64 = window.iter().map(|s| s.good).sum();
-    let secs = (seconds - from).max(1) as f64;
-    Ok((good as f64 / secs, r))
+    let probe = Probe::of(&r.per_second, seconds.saturating_sub(tail), seconds);
+    Ok((probe, r))
 }
 
 /// The largest orchestrator RSS of the running lab, MB.
@@ -299,7 +331,7 @@ pub(super) async fn calibrate(
     // store still holds the previous run's flags.
     set_resilient(g).await?;
     fresh_lab(args, g).await?;
-    let (healthy, _) = closed_loop(
+    let (healthy_probe, _) = closed_loop(
         args,
         g,
         keys,
@@ -308,6 +340,7 @@ pub(super) async fn calibrate(
         args.seed.wrapping_add(1000),
     )
     .await?;
+    let healthy = healthy_probe.mean;
     let steady_rss_mb = orchestrator_rss_mb(g).await;
     println!("  healthy capacity: {healthy:.0} rps (warm caches); steady orchestrator RSS {steady_rss_mb:?} MB");
     let client = lab_db::inspect::connect(&g.database_url).await?;
@@ -321,7 +354,7 @@ pub(super) async fn calibrate(
     }
     println!("  the plan flip (09:41): backfill --only invalidate");
     labctl(g, "backfill --only invalidate", &log).await?;
-    let (stale, _) = closed_loop(
+    let (stale_probe, _) = closed_loop(
         args,
         g,
         keys,
@@ -330,6 +363,7 @@ pub(super) async fn calibrate(
         args.seed.wrapping_add(2000),
     )
     .await?;
+    let stale = stale_probe.mean;
     println!("  stale capacity: {stale:.0} rps");
     labctl(g, "remediate analyze", &log).await?;
     lab::down(&g.state_dir).await?;
@@ -364,6 +398,8 @@ pub(super) async fn calibrate(
     Ok(Calibration {
         healthy_capacity_rps: healthy,
         stale_capacity_rps: stale,
+        healthy_per_second: Some([healthy_probe.min, healthy_probe.max]),
+        stale_per_second: Some([stale_probe.min, stale_probe.max]),
         stale_over_healthy: stale / healthy,
         stale_utilisation: args.stale_utilisation,
         rate,
@@ -438,7 +474,7 @@ const POSTMORTEM_TABLE: &[(&str, &str, &str, &str)] = &[
     ("orchestrator_replicas_max", "24", "60 (thrashing)", "24"),
 ];
 
-fn fmt_row(key: &str, v: Option<f64>) -> String {
+pub(super) fn fmt_row(key: &str, v: Option<f64>) -> String {
     let unit = report::ROWS.iter().find(|r| r.0 == key).map_or("", |r| r.2);
     report::fmt_value(v.as_ref(), unit)
 }
@@ -696,6 +732,13 @@ fn fix_quality(sc: &Scenario, phases: &[engine::PhaseReport], stale_capacity: f6
     (possible > 0.0 && possible.is_finite()).then(|| good / possible)
 }
 
+/// One replay — the calibration (unless `--rate`) and every mode on a fresh lab — reported in
+/// `out` (`replay.md`, `summary.json`, `replay.html`, each mode's series).
+pub struct Replayed {
+    pub calibration: Calibration,
+    pub modes: Vec<ModeReport>,
+}
+
 /// `labctl replay`.
 pub async fn run(args: &ReplayArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> anyhow::Result<()> {
     anyhow::ensure!(
@@ -706,6 +749,13 @@ pub async fn run(args: &ReplayArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> any
         args.stale_utilisation > 0.0 && args.stale_utilisation <= 3.0,
         "--stale-utilisation must be in (0, 3]"
     );
+    anyhow::ensure!(
+        (1..=20).contains(&args.repeat),
+        "--repeat must be in 1..=20 (each repetition is a calibration and a replay per mode)"
+    );
+    if let Some(rate) = args.rate {
+        anyhow::ensure!(rate > 0.0, "--rate must be positive");
+    }
     let sc = scenario::load(&args.scenario)?;
     let out = args.out.clone().unwrap_or_else(|| {
         g.state_dir
@@ -714,29 +764,81 @@ pub async fn run(args: &ReplayArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> any
     });
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     let started = Instant::now();
-
-    let cal = match args.rate {
-        Some(rate) => {
-            anyhow::ensure!(rate > 0.0, "--rate must be positive");
-            Calibration {
-                healthy_capacity_rps: f64::NAN,
-                stale_capacity_rps: f64::NAN,
-                stale_over_healthy: f64::NAN,
-                stale_utilisation: f64::NAN,
-                rate,
-                healthy_utilisation: f64::NAN,
-                healthy_utilisation_ok: true,
-                steady_rss_mb: None,
-                memory_limit_bytes: match args.memory_limit.as_deref() {
-                    None | Some("none") => None,
-                    Some(s) => Some(crate::cgroup::parse_size(s)?),
-                },
-                backfill_ran: false,
-                seconds: 0.0,
-                notes: vec![format!("rate {rate} rps given with --rate: no calibration")],
-            }
+    if args.repeat == 1 {
+        let r = replay_once(args, g, &keys, &sc, &out).await?;
+        println!(
+            "replay done in {:.1} min; report: {} ({} with the charts)",
+            started.elapsed().as_secs_f64() / 60.0,
+            out.join("replay.md").display(),
+            out.join("replay.html").display()
+        );
+        for m in &r.modes {
+            super::fail_on_inconsistency(&m.consistency, &out)
+                .with_context(|| format!("{} mode", m.mode.variant()))?;
         }
-        None => calibrate(args, g, &keys, &out).await?,
+        return Ok(());
+    }
+    let mut reps = Vec::new();
+    for i in 1..=args.repeat {
+        println!("\n=== repetition {i} of {} ===", args.repeat);
+        let dir = out.join(format!("rep-{i}"));
+        std::fs::create_dir_all(&dir)?;
+        let r = replay_once(args, g, &keys, &sc, &dir).await;
+        if let Err(e) = &r {
+            // Recorded (its steps are "not measured"), and the others still run: a repetition
+            // that failed is a result of the repeat, not a reason to lose the rest.
+            eprintln!("repetition {i} failed: {e:#}");
+            let _ = lab::down(&g.state_dir).await;
+        }
+        reps.push(r.map_err(|e| format!("{e:#}")));
+    }
+    let report = super::repeats::Repeats::of(&sc, args, &reps);
+    let md = report.markdown(&sc);
+    std::fs::write(out.join("replay.md"), &md)?;
+    std::fs::write(
+        out.join("repeats.json"),
+        serde_json::to_vec_pretty(&report)?,
+    )?;
+    println!("\n{md}");
+    println!(
+        "replay ×{} done in {:.1} min; report: {} (each repetition's own in rep-N/)",
+        args.repeat,
+        started.elapsed().as_secs_f64() / 60.0,
+        out.join("replay.md").display()
+    );
+    report.ensure_complete()
+}
+
+/// Step 1 and 2 once, and the report of them in `out`. Fails on an operation that failed;
+/// counts that do not add up are returned for the caller to judge (after the report).
+async fn replay_once(
+    args: &ReplayArgs,
+    g: &Globals,
+    keys: &[ApiKeyRecord],
+    sc: &Scenario,
+    out: &Path,
+) -> anyhow::Result<Replayed> {
+    let cal = match args.rate {
+        Some(rate) => Calibration {
+            healthy_capacity_rps: f64::NAN,
+            stale_capacity_rps: f64::NAN,
+            healthy_per_second: None,
+            stale_per_second: None,
+            stale_over_healthy: f64::NAN,
+            stale_utilisation: f64::NAN,
+            rate,
+            healthy_utilisation: f64::NAN,
+            healthy_utilisation_ok: true,
+            steady_rss_mb: None,
+            memory_limit_bytes: match args.memory_limit.as_deref() {
+                None | Some("none") => None,
+                Some(s) => Some(crate::cgroup::parse_size(s)?),
+            },
+            backfill_ran: false,
+            seconds: 0.0,
+            notes: vec![format!("rate {rate} rps given with --rate: no calibration")],
+        },
+        None => calibrate(args, g, keys, out).await?,
     };
     println!(
         "replay rate {:.0} rps (healthy capacity {:.0}, stale {:.0})",
@@ -777,14 +879,14 @@ pub async fn run(args: &ReplayArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> any
         closed_loop(
             args,
             g,
-            &keys,
+            keys,
             args.warmup_seconds,
             1,
             args.seed.wrapping_add(3000),
         )
         .await?;
         let run = engine::Run {
-            scenario: &sc,
+            scenario: sc,
             mode,
             rate: cal.rate,
             tenants: if sc.tenants == "uniform" {
@@ -799,10 +901,10 @@ pub async fn run(args: &ReplayArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> any
             out: dir.clone(),
             time_scale: args.time_scale,
         };
-        let outcome: Outcome = engine::execute(&run, g, keys.clone()).await?;
+        let outcome: Outcome = engine::execute(&run, g, keys.to_vec()).await?;
         lab::down(&g.state_dir).await?;
-        let steps = verdicts(&sc, mode, &outcome.phases);
-        let fix_quality = fix_quality(&sc, &outcome.phases, cal.stale_capacity_rps);
+        let steps = verdicts(sc, mode, &outcome.phases);
+        let fix_quality = fix_quality(sc, &outcome.phases, cal.stale_capacity_rps);
         // A mode whose counts do not add up fails the replay, but only after BOTH modes ran and
         // the report was written (it says so): bailing here skipped the other mode and wrote
         // nothing, under a message that said the report was written anyway.
@@ -818,33 +920,26 @@ pub async fn run(args: &ReplayArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> any
             fix_quality,
         });
     }
-    let md = markdown(&sc, &cal, args, &reports);
+    if reports.is_empty() {
+        bail!("no mode was replayed");
+    }
+    let md = markdown(sc, &cal, args, &reports);
     std::fs::write(out.join("replay.md"), &md)?;
     std::fs::write(
         out.join("summary.json"),
         serde_json::to_vec_pretty(&Summary {
-            scenario: &sc,
+            scenario: sc,
             calibration: &cal,
             time_scale: args.time_scale,
             modes: &reports,
         })?,
     )?;
     println!("\n{md}");
-    let html = super::html::render(&out)?;
-    println!(
-        "replay done in {:.1} min; report: {} ({} with the charts)",
-        started.elapsed().as_secs_f64() / 60.0,
-        out.join("replay.md").display(),
-        html.display()
-    );
-    if reports.is_empty() {
-        bail!("no mode was replayed");
-    }
-    for r in &reports {
-        super::fail_on_inconsistency(&r.consistency, &out)
-            .with_context(|| format!("{} mode", r.mode.variant()))?;
-    }
-    Ok(())
+    super::html::render(out)?;
+    Ok(Replayed {
+        calibration: cal,
+        modes: reports,
+    })
 }
 
 #[cfg(test)]

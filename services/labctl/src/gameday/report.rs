@@ -34,6 +34,16 @@ pub const ROWS: &[(&str, &str, &str)] = &[
     ),
     ("dead_tuples_max", "Dead tuples in entities (max)", ""),
     (
+        "entity_retries_off_last",
+        "Kill switch retries.entity.enabled=off applied by every orchestrator (last scrape)",
+        "",
+    ),
+    (
+        "gateway_retries_off_last",
+        "Kill switch retries.gateway.enabled=off applied by every gateway (last scrape)",
+        "",
+    ),
+    (
         "db_stats_up_min",
         "entity-service's database facts up (min; 0 = the plan probe failed: the two rows above not measured)",
         "",
@@ -264,15 +274,44 @@ pub fn summarize(
     // seconds after ANALYZE still show the stale plan and a minimum cannot say "it came back".
     put(
         "hot_plan_index_scan_last",
-        probed(s.gauge(
+        probed(s.gauge_last(
             phase,
             "entity-service",
             "entity_db_hot_plan_index_scan",
             all,
-            true,
-            |_, b| b,
+            min,
         )),
     );
+    // A kill switch took effect: every replica of the hop applies the flag's `off` variant at
+    // the window's last scrape (`lab_flag_variant`, exported by each process from the flags it
+    // applies). Not attempts per first attempt: in legacy mode, loops started before the flip
+    // keep retrying for up to ~31 s, so that ratio measures the orphans' drain, not the switch.
+    for (key, service, flag) in [
+        (
+            "entity_retries_off_last",
+            "orchestrator",
+            "retries.entity.enabled",
+        ),
+        (
+            "gateway_retries_off_last",
+            "edge-gateway",
+            "retries.gateway.enabled",
+        ),
+    ] {
+        put(
+            key,
+            s.gauge_last(
+                phase,
+                service,
+                "lab_flag_variant",
+                |l| {
+                    super::scrape::label(l, "flag") == Some(flag)
+                        && super::scrape::label(l, "variant") == Some("off")
+                },
+                min,
+            ),
+        );
+    }
     put(
         "dead_tuples_max",
         probed(s.gauge(

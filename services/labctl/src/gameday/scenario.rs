@@ -534,7 +534,10 @@ mod tests {
             90.0, 100.0, 500.0, 1e4, 1e6,
         ];
         match metric {
-            "hot_plan_index_scan_min" | "hot_plan_index_scan_last" | "db_stats_up_min" => {
+            m if m.starts_with("hot_plan_index_scan")
+                || m.ends_with("_off_last")
+                || m == "db_stats_up_min" =>
+            {
                 vec![0.0, 1.0]
             }
             m if m.ends_with("_pct") => GRID.iter().copied().filter(|v| *v <= 100.0).collect(),

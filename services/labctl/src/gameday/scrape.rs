@@ -185,36 +185,67 @@ impl Series<'_> {
         reduce: fn(f64, f64) -> f64,
     ) -> Option<f64> {
         let (from, to) = self.window(phase)?;
-        let mut acc: Option<f64> = None;
-        for tick in &self.ticks[from + usize::from(from < to)..=to] {
-            let mut total: Option<f64> = None;
-            for (ti, target) in self.targets.iter().enumerate() {
-                if target.service != service {
-                    continue;
-                }
-                let Some(Some(scrape)) = tick.scrapes.get(ti) else {
-                    continue;
-                };
-                let mut replica_sum: Option<f64> = None;
-                for (series, v) in scrape {
-                    let (n, labels) = split(series);
-                    if n == name && keep(labels) {
-                        replica_sum = Some(replica_sum.unwrap_or(0.0) + v);
-                    }
-                }
-                if let Some(r) = replica_sum {
-                    total = Some(match (total, per_replica) {
-                        (None, _) => r,
-                        (Some(t), true) => reduce(t, r),
-                        (Some(t), false) => t + r,
-                    });
+        let across = per_replica.then_some(reduce);
+        self.ticks[from + usize::from(from < to)..=to]
+            .iter()
+            .filter_map(|tick| self.tick_value(tick, service, name, &keep, across))
+            .reduce(reduce)
+    }
+
+    /// At the last tick of `phase` that has the series: `name`'s matching series per replica of
+    /// `service`, reduced over the replicas with `across` (`min`: what EVERY replica reads — a
+    /// flag applied by all of them). For a state that takes a moment to arrive (a flag's watch,
+    /// the plan probe's 5 s refresh), where a reduction over the window would read its first
+    /// seconds.
+    pub fn gauge_last(
+        &self,
+        phase: usize,
+        service: &str,
+        name: &str,
+        keep: impl Fn(&str) -> bool,
+        across: fn(f64, f64) -> f64,
+    ) -> Option<f64> {
+        let (from, to) = self.window(phase)?;
+        self.ticks[from + usize::from(from < to)..=to]
+            .iter()
+            .rev()
+            .find_map(|tick| self.tick_value(tick, service, name, &keep, Some(across)))
+    }
+
+    /// One tick: per replica the sum of `name`'s matching series; then over the replicas,
+    /// `across` (or their sum). `None` when no replica had the series.
+    fn tick_value(
+        &self,
+        tick: &Tick,
+        service: &str,
+        name: &str,
+        keep: &impl Fn(&str) -> bool,
+        across: Option<fn(f64, f64) -> f64>,
+    ) -> Option<f64> {
+        let mut total: Option<f64> = None;
+        for (ti, target) in self.targets.iter().enumerate() {
+            if target.service != service {
+                continue;
+            }
+            let Some(Some(scrape)) = tick.scrapes.get(ti) else {
+                continue;
+            };
+            let mut replica_sum: Option<f64> = None;
+            for (series, v) in scrape {
+                let (n, labels) = split(series);
+                if n == name && keep(labels) {
+                    replica_sum = Some(replica_sum.unwrap_or(0.0) + v);
                 }
             }
-            if let Some(t) = total {
-                acc = Some(acc.map_or(t, |a| reduce(a, t)));
+            if let Some(r) = replica_sum {
+                total = Some(match (total, across) {
+                    (None, _) => r,
+                    (Some(t), Some(f)) => f(t, r),
+                    (Some(t), None) => t + r,
+                });
             }
         }
-        acc
+        total
     }
 
     /// `histogram_quantile` over the increases of `name`_bucket on `service` during `phase`
@@ -312,9 +343,51 @@ mod tests {
             Some(0.0)
         );
         assert_eq!(
-            s.gauge(1, "entity-service", g, all, true, |_, b| b),
+            s.gauge_last(1, "entity-service", g, all, f64::min),
             Some(1.0)
         );
+    }
+
+    #[test]
+    fn a_kill_switch_counts_as_applied_only_when_every_replica_applies_it_at_the_last_scrape() {
+        let targets: Vec<Target> = (1..=2)
+            .map(|i| Target {
+                service: "orchestrator".into(),
+                replica: format!("orchestrator-{i}"),
+                url: "http://127.0.0.1:1".into(),
+            })
+            .collect();
+        let off = r#"lab_flag_variant{flag="retries.entity.enabled",variant="off"}"#;
+        let on = r#"lab_flag_variant{flag="retries.entity.enabled",variant="on"}"#;
+        let tick = |t: f64, a: f64, b: f64| Tick {
+            t,
+            phase: 1,
+            scrapes: vec![
+                Some([(off.to_string(), a), (on.to_string(), 1.0 - a)].into()),
+                Some([(off.to_string(), b), (on.to_string(), 1.0 - b)].into()),
+            ],
+        };
+        let keep = |l: &str| label(l, "variant") == Some("off");
+        let read = |ticks: &[Tick]| {
+            Series {
+                targets: &targets,
+                ticks,
+            }
+            .gauge_last(1, "orchestrator", "lab_flag_variant", keep, f64::min)
+        };
+        let mut ticks = vec![tick(0.0, 0.0, 0.0), tick(1.0, 1.0, 0.0)];
+        ticks[0].phase = 0;
+        // One replica still retries at the last scrape: the switch has not taken effect.
+        assert_eq!(read(&ticks), Some(0.0));
+        ticks.push(tick(2.0, 1.0, 1.0));
+        assert_eq!(read(&ticks), Some(1.0));
+        // A replica that was not scraped at the last tick does not hide the others' state.
+        ticks.push(Tick {
+            t: 3.0,
+            phase: 1,
+            scrapes: vec![None, Some([(off.to_string(), 0.0)].into())],
+        });
+        assert_eq!(read(&ticks), Some(0.0));
     }
 
     #[test]

@@ -1,0 +1,654 @@
+//! `labctl replay --repeat N`: the main job's verdict as "k of N".
+//!
+//! Each repetition is a whole replay (a calibration, then every mode on a fresh lab) in
+//! `<out>/rep-<i>/`, with its own report. This module reads them together: each step's outcome
+//! per repetition, a step counted as reproduced (the fix as held) only when it was in EVERY
+//! repetition, the calibration's spread (how far the healthy and stale capacity, and so the
+//! replay's rate, moved between repetitions, and each probe's slowest and fastest second), and
+//! for every step that did not hold in all of them, the measured reason, repetition by
+//! repetition. A repetition that failed, or whose counts do not add up, gives "not measured"
+//! for its steps: its numbers cannot be trusted either way.
+
+use serde::Serialize;
+
+use super::replay::{fmt_row, Calibration, Modes, ReplayArgs, Replayed, StepOutcome, StepVerdict};
+use super::scenario::Scenario;
+use super::Mode;
+
+/// The replay's rate may move this much between calibrations ((max − min) / mean): more, and a
+/// repetition replays a different operating point, not the same morning again.
+pub const RATE_STABILITY_MAX: f64 = 0.10;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RepMode {
+    pub mode: Mode,
+    pub steps: Vec<StepVerdict>,
+    pub fix_quality: Option<f64>,
+    /// The run's own counts added up (report::consistency): otherwise its steps are not measured.
+    pub consistent: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Repetition {
+    /// Where its own report is (`rep-<i>`).
+    pub dir: String,
+    /// Why it failed, when it did.
+    pub error: Option<String>,
+    pub calibration: Option<Calibration>,
+    pub modes: Vec<RepMode>,
+}
+
+/// One step of one mode across the repetitions.
+#[derive(Debug, Clone, Serialize)]
+pub struct StepTally {
+    pub phase: String,
+    pub mode: Mode,
+    /// Per repetition, in order.
+    pub outcomes: Vec<StepOutcome>,
+    pub reproduced: usize,
+    pub not_reproduced: usize,
+    pub not_measured: usize,
+    /// Reproduced (legacy) / the fix held (resilient) in every repetition.
+    pub every: bool,
+}
+
+/// min, max, mean and `(max − min) / mean` of one quantity over the repetitions.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Spread {
+    pub min: f64,
+    pub max: f64,
+    pub mean: f64,
+    pub relative: f64,
+}
+
+impl Spread {
+    pub fn of(values: &[f64]) -> Option<Spread> {
+        let v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+        if v.is_empty() {
+            return None;
+        }
+        let min = v.iter().copied().fold(f64::INFINITY, f64::min);
+        let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let mean = v.iter().sum::<f64>() / v.len() as f64;
+        Some(Spread {
+            min,
+            max,
+            mean,
+            relative: if mean > 0.0 { (max - min) / mean } else { 0.0 },
+        })
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CalibrationSpread {
+    pub calibrations: usize,
+    pub healthy_capacity_rps: Spread,
+    pub stale_capacity_rps: Spread,
+    pub rate: Spread,
+    /// The rate moved less than [`RATE_STABILITY_MAX`].
+    pub rate_stable: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Repeats {
+    pub scenario: String,
+    pub repeat: usize,
+    pub time_scale: f64,
+    pub repetitions: Vec<Repetition>,
+    pub steps: Vec<StepTally>,
+    /// `None` under `--rate` (no calibration) or when no repetition calibrated.
+    pub calibration: Option<CalibrationSpread>,
+}
+
+impl Repeats {
+    pub fn of(sc: &Scenario, args: &ReplayArgs, reps: &[Result<Replayed, String>]) -> Repeats {
+        let repetitions: Vec<Repetition> = reps
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let dir = format!("rep-{}", i + 1);
+                match r {
+                    Ok(r) => Repetition {
+                        dir,
+                        error: None,
+                        calibration: Some(r.calibration.clone()),
+                        modes: r
+                            .modes
+                            .iter()
+                            .map(|m| RepMode {
+                                mode: m.mode,
+                                steps: m.steps.clone(),
+                                fix_quality: m.fix_quality,
+                                consistent: m.consistency.iter().all(|c| c.ok),
+                            })
+                            .collect(),
+                    },
+                    Err(e) => Repetition {
+                        dir,
+                        error: Some(e.clone()),
+                        calibration: None,
+                        modes: Vec::new(),
+                    },
+                }
+            })
+            .collect();
+        let modes: Vec<Mode> = match args.mode {
+            Modes::Both => vec![Mode::Legacy, Mode::Resilient],
+            Modes::Legacy => vec![Mode::Legacy],
+            Modes::Resilient => vec![Mode::Resilient],
+        };
+        let steps = tally(sc, &modes, &repetitions);
+        let calibration = spread(&repetitions);
+        Repeats {
+            scenario: sc.name.clone(),
+            repeat: reps.len(),
+            time_scale: args.time_scale,
+            repetitions,
+            steps,
+            calibration,
+        }
+    }
+
+    /// The command fails (after the report) when a repetition failed or its counts did not add
+    /// up: its steps were counted as not measured, and the user must know why.
+    pub fn ensure_complete(&self) -> anyhow::Result<()> {
+        let mut bad = Vec::new();
+        for r in &self.repetitions {
+            if let Some(e) = &r.error {
+                bad.push(format!("{} failed: {e}", r.dir));
+            }
+            for m in r.modes.iter().filter(|m| !m.consistent) {
+                bad.push(format!(
+                    "{} {}: counts do not add up",
+                    r.dir,
+                    m.mode.variant()
+                ));
+            }
+        }
+        anyhow::ensure!(
+            bad.is_empty(),
+            "{} of {} repetitions are incomplete ({}); their steps are counted as not measured \
+             in the report",
+            bad.len(),
+            self.repeat,
+            bad.join("; ")
+        );
+        Ok(())
+    }
+
+    pub fn markdown(&self, sc: &Scenario) -> String {
+        let n = self.repeat;
+        let mut md = format!(
+            "# Replay ×{n}: {} — each step's verdict, k of {n}\n\n{}\n\nEach repetition is a \
+             whole replay: a fresh calibration, then every mode on a fresh lab, at time scale {}× \
+             (its own report in `rep-<i>/replay.md`). A step counts as reproduced (legacy) or as \
+             the fix holding (resilient) only when it did in all {n}; a repetition that failed or \
+             whose counts did not add up gives \"not measured\".\n",
+            sc.name, sc.summary, self.time_scale
+        );
+
+        md.push_str("\n## Calibration, repetition by repetition\n\n");
+        md.push_str(
+            "| repetition | healthy capacity (slowest–fastest second) | stale capacity (slowest–fastest second) | stale / healthy | replay rate | healthy utilisation |\n|---|---:|---:|---:|---:|---:|\n",
+        );
+        let range =
+            |r: Option<[f64; 2]>| r.map_or(String::new(), |[a, b]| format!(" ({a:.0}–{b:.0})"));
+        for r in &self.repetitions {
+            match &r.calibration {
+                Some(c) if c.healthy_capacity_rps.is_finite() => md.push_str(&format!(
+                    "| {} | {:.0} rps{} | {:.0} rps{} | {:.2}× | {:.0} rps | {:.0}% |\n",
+                    r.dir,
+                    c.healthy_capacity_rps,
+                    range(c.healthy_per_second),
+                    c.stale_capacity_rps,
+                    range(c.stale_per_second),
+                    c.stale_over_healthy,
+                    c.rate,
+                    100.0 * c.healthy_utilisation
+                )),
+                Some(c) => md.push_str(&format!(
+                    "| {} | — | — | — | {:.0} rps (--rate) | — |\n",
+                    r.dir, c.rate
+                )),
+                None => md.push_str(&format!(
+                    "| {} | failed: {} | | | | |\n",
+                    r.dir,
+                    r.error.as_deref().unwrap_or("?").replace('|', "/")
+                )),
+            }
+        }
+        match &self.calibration {
+            Some(c) => {
+                let s = |x: &Spread| {
+                    format!(
+                        "{:.0}–{:.0} rps (mean {:.0}; moves {:.1}%)",
+                        x.min,
+                        x.max,
+                        x.mean,
+                        100.0 * x.relative
+                    )
+                };
+                md.push_str(&format!(
+                    "\nOver {} calibrations: healthy capacity {}; stale capacity {}; replay rate \
+                     {} — {} the {:.0}% the repetitions need to replay the same operating point \
+                     (moves = (max − min) / mean).\n",
+                    c.calibrations,
+                    s(&c.healthy_capacity_rps),
+                    s(&c.stale_capacity_rps),
+                    s(&c.rate),
+                    if c.rate_stable {
+                        "within"
+                    } else {
+                        "**beyond**"
+                    },
+                    100.0 * RATE_STABILITY_MAX
+                ));
+            }
+            None => md.push_str("\nNo calibration spread: no repetition calibrated.\n"),
+        }
+
+        // The verdict table: one row per step, k of N per mode and each repetition's outcome.
+        let modes: Vec<Mode> = {
+            let mut m: Vec<Mode> = self.steps.iter().map(|t| t.mode).collect();
+            m.dedup();
+            m.sort();
+            m.dedup();
+            m
+        };
+        md.push_str(&format!(
+            "\n## The timeline: each step's verdict, k of {n}\n\n| time | step | the postmortem |"
+        ));
+        for m in &modes {
+            md.push_str(&format!(
+                " {}: {} | per repetition |",
+                m.variant(),
+                StepOutcome::Reproduced.words(*m)
+            ));
+        }
+        md.push_str("\n|---|---|---|");
+        for _ in &modes {
+            md.push_str(":---:|---|");
+        }
+        md.push('\n');
+        let mark = |o: StepOutcome| match o {
+            StepOutcome::Reproduced => "✔",
+            StepOutcome::NotReproduced => "✘",
+            StepOutcome::NotMeasured => "?",
+        };
+        for p in &sc.phases {
+            let (time, obs) = p
+                .postmortem
+                .as_ref()
+                .map_or(("", ""), |pm| (pm.time.as_str(), pm.observation.as_str()));
+            md.push_str(&format!("| {time} | {} | {obs} |", p.name));
+            for m in &modes {
+                match self.step(&p.name, *m) {
+                    Some(t) => md.push_str(&format!(
+                        " {}{} of {n}{} | {} |",
+                        if t.every { "" } else { "**" },
+                        t.reproduced,
+                        if t.every { "" } else { "**" },
+                        t.outcomes
+                            .iter()
+                            .map(|o| mark(*o))
+                            .collect::<Vec<_>>()
+                            .join(" ")
+                    )),
+                    None => md.push_str(" — | |"),
+                }
+            }
+            md.push('\n');
+        }
+        md.push_str(
+            "\n✔ reproduced / fix held, ✘ not reproduced / fix did not hold, ? not measured.\n\n",
+        );
+        for m in &modes {
+            let of_mode: Vec<&StepTally> = self.steps.iter().filter(|t| t.mode == *m).collect();
+            let every = of_mode.iter().filter(|t| t.every).count();
+            let none = of_mode.iter().filter(|t| t.reproduced == 0).count();
+            md.push_str(&format!(
+                "- {}: {every} of {} steps {} in all {n} repetitions; {} in some but not all; {none} in none\n",
+                m.variant(),
+                of_mode.len(),
+                StepOutcome::Reproduced.words(*m),
+                of_mode.len() - every - none,
+            ));
+        }
+        md.push_str("\n## How good is the fix, in one number, repetition by repetition\n\n");
+        for m in &modes {
+            let q: Vec<String> = self
+                .repetitions
+                .iter()
+                .map(|r| {
+                    r.modes
+                        .iter()
+                        .find(|x| x.mode == *m)
+                        .and_then(|x| x.fix_quality)
+                        .map_or("not measured".into(), |q| format!("{q:.2}"))
+                })
+                .collect();
+            md.push_str(&format!("- {}: {}\n", m.variant(), q.join(", ")));
+        }
+
+        md.push_str(&format!(
+            "\n## Steps that did not come out the same in all {n}: the measured reason\n\nFor each repetition where the step was not {{reproduced / fix held}}: the checks that did not hold, with their values (reference → value).\n"
+        ));
+        let mut any = false;
+        for t in self.steps.iter().filter(|t| !t.every) {
+            any = true;
+            md.push_str(&format!(
+                "\n### {} — {} ({} of {n})\n\n",
+                t.mode.variant(),
+                t.phase,
+                t.reproduced
+            ));
+            for (i, r) in self.repetitions.iter().enumerate() {
+                let o = t.outcomes[i];
+                if o == StepOutcome::Reproduced {
+                    continue;
+                }
+                md.push_str(&format!(
+                    "- {}: {} — {}\n",
+                    r.dir,
+                    o.words(t.mode),
+                    reason(r, t)
+                ));
+            }
+        }
+        if !any {
+            md.push_str("\nNone.\n");
+        }
+        md
+    }
+
+    fn step(&self, phase: &str, mode: Mode) -> Option<&StepTally> {
+        self.steps
+            .iter()
+            .find(|t| t.phase == phase && t.mode == mode)
+    }
+}
+
+/// Why `t` was not reproduced in `r`: the failure, the counts, or the checks that did not hold.
+fn reason(r: &Repetition, t: &StepTally) -> String {
+    if let Some(e) = &r.error {
+        return format!("the repetition failed: {e}");
+    }
+    let Some(m) = r.modes.iter().find(|m| m.mode == t.mode) else {
+        return "the mode did not run".into();
+    };
+    if !m.consistent {
+        return "its counts did not add up (report::consistency): its numbers are not trusted"
+            .into();
+    }
+    let Some(step) = m.steps.iter().find(|s| s.phase == t.phase) else {
+        return "no verdict recorded".into();
+    };
+    step.checks
+        .iter()
+        .filter(|c| c.ok != Some(true))
+        .map(|c| {
+            let key = c.check.split_whitespace().next().unwrap_or("");
+            let r = c
+                .reference
+                .map(|r| format!("{} → ", fmt_row(key, Some(r))))
+                .unwrap_or_default();
+            format!(
+                "{}{} `{}`: {r}{}",
+                if c.precondition { "precondition " } else { "" },
+                if c.ok.is_none() { "?" } else { "✘" },
+                c.check,
+                fmt_row(key, c.value)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Every step with a verdict in `modes`, with its outcome per repetition.
+fn tally(sc: &Scenario, modes: &[Mode], reps: &[Repetition]) -> Vec<StepTally> {
+    let mut out = Vec::new();
+    for mode in modes {
+        for p in sc
+            .phases
+            .iter()
+            .filter(|p| p.verdict.contains_key(mode.variant()))
+        {
+            let outcomes: Vec<StepOutcome> = reps
+                .iter()
+                .map(|r| {
+                    r.modes
+                        .iter()
+                        .find(|m| m.mode == *mode && m.consistent)
+                        .and_then(|m| m.steps.iter().find(|s| s.phase == p.name))
+                        .map_or(StepOutcome::NotMeasured, |s| s.outcome)
+                })
+                .collect();
+            let count = |o: StepOutcome| outcomes.iter().filter(|x| **x == o).count();
+            out.push(StepTally {
+                phase: p.name.clone(),
+                mode: *mode,
+                reproduced: count(StepOutcome::Reproduced),
+                not_reproduced: count(StepOutcome::NotReproduced),
+                not_measured: count(StepOutcome::NotMeasured),
+                every: !outcomes.is_empty()
+                    && outcomes.iter().all(|o| *o == StepOutcome::Reproduced),
+                outcomes,
+            });
+        }
+    }
+    out
+}
+
+fn spread(reps: &[Repetition]) -> Option<CalibrationSpread> {
+    let cals: Vec<&Calibration> = reps
+        .iter()
+        .filter_map(|r| r.calibration.as_ref())
+        .filter(|c| c.healthy_capacity_rps.is_finite())
+        .collect();
+    let of =
+        |f: fn(&Calibration) -> f64| Spread::of(&cals.iter().map(|c| f(c)).collect::<Vec<_>>());
+    let rate = of(|c| c.rate)?;
+    Some(CalibrationSpread {
+        calibrations: cals.len(),
+        healthy_capacity_rps: of(|c| c.healthy_capacity_rps)?,
+        stale_capacity_rps: of(|c| c.stale_capacity_rps)?,
+        rate_stable: rate.relative < RATE_STABILITY_MAX,
+        rate,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::super::replay::Verdict;
+    use super::*;
+
+    /// Steps that held in every repetition, by mode.
+    fn every_by_mode(r: &Repeats) -> BTreeMap<Mode, usize> {
+        let mut m = BTreeMap::new();
+        for t in &r.steps {
+            *m.entry(t.mode).or_insert(0) += usize::from(t.every);
+        }
+        m
+    }
+
+    fn sc() -> Scenario {
+        let y = "name: x\nsummary: s\ndescription: d\nrate: 0\nphases:\n\
+          - {name: steady, seconds: 5, verdict: {legacy: [{metric: error_5xx_pct, max: 1}], resilient: [{metric: error_5xx_pct, max: 1}]}}\n\
+          - {name: storm, seconds: 5, verdict: {legacy: [{metric: error_5xx_pct, min: 10}], resilient: [{metric: error_5xx_pct, max: 10}]}}\n";
+        serde_norway::from_str(y).unwrap()
+    }
+
+    fn cal(healthy: f64, stale: f64) -> Calibration {
+        Calibration {
+            healthy_capacity_rps: healthy,
+            stale_capacity_rps: stale,
+            healthy_per_second: Some([healthy - 5.0, healthy + 5.0]),
+            stale_per_second: Some([stale - 3.0, stale + 3.0]),
+            stale_over_healthy: stale / healthy,
+            stale_utilisation: 0.9,
+            rate: 0.9 * stale,
+            healthy_utilisation: 0.9 * stale / healthy,
+            healthy_utilisation_ok: true,
+            steady_rss_mb: None,
+            memory_limit_bytes: None,
+            backfill_ran: false,
+            seconds: 1.0,
+            notes: vec![],
+        }
+    }
+
+    /// A repetition whose legacy storm read `storm_5xx` (steady 0.1%) and whose counts added up
+    /// or not.
+    fn rep(i: usize, c: Calibration, storm_5xx: f64, consistent: bool) -> Repetition {
+        let sc = sc();
+        let step = |phase: &str, mode: Mode, v: f64| {
+            let p = sc.phases.iter().find(|p| p.name == phase).unwrap();
+            let checks: Vec<Verdict> = p.verdict[mode.variant()]
+                .iter()
+                .map(|c| Verdict {
+                    check: c.describe("—"),
+                    value: Some(v),
+                    reference: None,
+                    ok: c.holds(Some(v), None),
+                    precondition: c.precondition,
+                })
+                .collect();
+            let outcome = StepOutcome::of(&checks);
+            StepVerdict {
+                phase: phase.into(),
+                checks,
+                outcome,
+                reproduced: outcome == StepOutcome::Reproduced,
+            }
+        };
+        Repetition {
+            dir: format!("rep-{i}"),
+            error: None,
+            calibration: Some(c),
+            modes: vec![
+                RepMode {
+                    mode: Mode::Legacy,
+                    steps: vec![
+                        step("steady", Mode::Legacy, 0.1),
+                        step("storm", Mode::Legacy, storm_5xx),
+                    ],
+                    fix_quality: Some(0.3),
+                    consistent,
+                },
+                RepMode {
+                    mode: Mode::Resilient,
+                    steps: vec![
+                        step("steady", Mode::Resilient, 0.1),
+                        step("storm", Mode::Resilient, 4.0),
+                    ],
+                    fix_quality: Some(0.8),
+                    consistent: true,
+                },
+            ],
+        }
+    }
+
+    fn repeats(reps: Vec<Repetition>) -> Repeats {
+        let modes = [Mode::Legacy, Mode::Resilient];
+        Repeats {
+            scenario: "x".into(),
+            repeat: reps.len(),
+            time_scale: 1.0,
+            steps: tally(&sc(), &modes, &reps),
+            calibration: spread(&reps),
+            repetitions: reps,
+        }
+    }
+
+    #[test]
+    fn a_step_counts_as_reproduced_only_when_it_reproduced_in_every_repetition() {
+        // The storm reproduced in two of three: 2 of 3, NOT reproduced overall.
+        let r = repeats(vec![
+            rep(1, cal(500.0, 160.0), 40.0, true),
+            rep(2, cal(510.0, 165.0), 5.0, true),
+            rep(3, cal(505.0, 162.0), 35.0, true),
+        ]);
+        let storm = r.step("storm", Mode::Legacy).unwrap();
+        assert_eq!(
+            (storm.reproduced, storm.not_reproduced, storm.not_measured),
+            (2, 1, 0)
+        );
+        assert!(!storm.every);
+        assert!(r.step("steady", Mode::Legacy).unwrap().every);
+        assert_eq!(every_by_mode(&r)[&Mode::Legacy], 1);
+        assert_eq!(every_by_mode(&r)[&Mode::Resilient], 2);
+        let md = r.markdown(&sc());
+        assert!(md.contains("**2 of 3**"), "{md}");
+        assert!(md.contains("✔ ✘ ✔"), "{md}");
+        // The measured reason of the repetition that did not reproduce, with its value.
+        assert!(md.contains("### legacy — storm (2 of 3)"), "{md}");
+        assert!(
+            md.contains("- rep-2: not reproduced — ✘ `error_5xx_pct ≥ 10`: 5.0%"),
+            "{md}"
+        );
+        assert!(r.ensure_complete().is_ok());
+    }
+
+    #[test]
+    fn a_repetition_that_failed_or_does_not_add_up_is_not_measured_and_fails_the_command() {
+        let mut failed = rep(2, cal(500.0, 160.0), 40.0, true);
+        failed.error = Some("lab did not boot".into());
+        failed.calibration = None;
+        failed.modes.clear();
+        let r = repeats(vec![
+            rep(1, cal(500.0, 160.0), 40.0, true),
+            failed,
+            rep(3, cal(500.0, 160.0), 40.0, false),
+        ]);
+        let storm = r.step("storm", Mode::Legacy).unwrap();
+        assert_eq!(
+            storm.outcomes,
+            vec![
+                StepOutcome::Reproduced,
+                StepOutcome::NotMeasured,
+                StepOutcome::NotMeasured
+            ]
+        );
+        assert!(!storm.every);
+        // Resilient in rep-3 added up: it counts.
+        assert_eq!(r.step("storm", Mode::Resilient).unwrap().reproduced, 2);
+        let err = r.ensure_complete().unwrap_err().to_string();
+        assert!(err.contains("rep-2 failed: lab did not boot"), "{err}");
+        assert!(err.contains("rep-3 legacy: counts do not add up"), "{err}");
+        let md = r.markdown(&sc());
+        assert!(
+            md.contains("the repetition failed: lab did not boot"),
+            "{md}"
+        );
+    }
+
+    #[test]
+    fn the_calibration_spread_says_whether_the_rate_moved_more_than_10_percent() {
+        let stable = repeats(vec![
+            rep(1, cal(520.0, 160.0), 40.0, true),
+            rep(2, cal(530.0, 166.0), 40.0, true),
+            rep(3, cal(500.0, 170.0), 40.0, true),
+        ]);
+        let c = stable.calibration.as_ref().unwrap();
+        assert_eq!(c.calibrations, 3);
+        assert!(
+            (c.rate.relative - 10.0 / (496.0 / 3.0)).abs() < 1e-9,
+            "{c:?}"
+        );
+        assert!(c.rate_stable);
+        assert_eq!(c.healthy_capacity_rps.min, 500.0);
+        let moved = repeats(vec![
+            rep(1, cal(520.0, 140.0), 40.0, true),
+            rep(2, cal(530.0, 170.0), 40.0, true),
+        ]);
+        assert!(!moved.calibration.as_ref().unwrap().rate_stable);
+        let md = moved.markdown(&sc());
+        assert!(md.contains("**beyond** the 10%"), "{md}");
+        assert!(
+            md.contains("| rep-1 | 520 rps (515–525) | 140 rps (137–143)"),
+            "{md}"
+        );
+    }
+}
