@@ -9,7 +9,7 @@
 //! repetition. A repetition that failed, or whose counts do not add up, gives "not measured"
 //! for its steps: its numbers cannot be trusted either way.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::replay::{fmt_row, Calibration, Modes, ReplayArgs, Replayed, StepOutcome, StepVerdict};
 use super::scenario::Scenario;
@@ -19,7 +19,7 @@ use super::Mode;
 /// repetition replays a different operating point, not the same morning again.
 pub const RATE_STABILITY_MAX: f64 = 0.10;
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RepMode {
     pub mode: Mode,
     pub steps: Vec<StepVerdict>,
@@ -28,7 +28,7 @@ pub struct RepMode {
     pub consistent: bool,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Repetition {
     /// Where its own report is (`rep-<i>`).
     pub dir: String,
@@ -39,7 +39,7 @@ pub struct Repetition {
 }
 
 /// One step of one mode across the repetitions.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StepTally {
     pub phase: String,
     pub mode: Mode,
@@ -53,7 +53,7 @@ pub struct StepTally {
 }
 
 /// min, max, mean and `(max − min) / mean` of one quantity over the repetitions.
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub struct Spread {
     pub min: f64,
     pub max: f64,
@@ -79,7 +79,7 @@ impl Spread {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CalibrationSpread {
     pub calibrations: usize,
     pub healthy_capacity_rps: Spread,
@@ -89,9 +89,11 @@ pub struct CalibrationSpread {
     pub rate_stable: bool,
 }
 
-#[derive(Debug, Clone, Serialize)]
+/// `repeats.json`: everything `replay.md` of a repeat is written from (the report can be
+/// regenerated from it alone: [`Repeats::markdown`]).
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Repeats {
-    pub scenario: String,
+    pub scenario: Scenario,
     pub repeat: usize,
     pub time_scale: f64,
     pub repetitions: Vec<Repetition>,
@@ -140,7 +142,7 @@ impl Repeats {
         let steps = tally(sc, &modes, &repetitions);
         let calibration = spread(&repetitions);
         Repeats {
-            scenario: sc.name.clone(),
+            scenario: sc.clone(),
             repeat: reps.len(),
             time_scale: args.time_scale,
             repetitions,
@@ -176,7 +178,8 @@ impl Repeats {
         Ok(())
     }
 
-    pub fn markdown(&self, sc: &Scenario) -> String {
+    pub fn markdown(&self) -> String {
+        let sc = &self.scenario;
         let n = self.repeat;
         let mut md = format!(
             "# Replay ×{n}: {} — each step's verdict, k of {n}\n\n{}\n\nEach repetition is a \
@@ -331,7 +334,7 @@ impl Repeats {
         }
 
         md.push_str(&format!(
-            "\n## Steps that did not come out the same in all {n}: the measured reason\n\nFor each repetition where the step was not {{reproduced / fix held}}: the checks that did not hold, with their values (reference → value).\n"
+            "\n## Steps that did not come out the same in all {n}: the measured reason\n\nFor each repetition where the step was not reproduced (legacy) or the fix did not hold (resilient): the checks that did not hold or were not measured, with their values (reference → value where the check has one).\n"
         ));
         let mut any = false;
         for t in self.steps.iter().filter(|t| !t.every) {
@@ -553,7 +556,7 @@ mod tests {
     fn repeats(reps: Vec<Repetition>) -> Repeats {
         let modes = [Mode::Legacy, Mode::Resilient];
         Repeats {
-            scenario: "x".into(),
+            scenario: sc(),
             repeat: reps.len(),
             time_scale: 1.0,
             steps: tally(&sc(), &modes, &reps),
@@ -579,7 +582,7 @@ mod tests {
         assert!(r.step("steady", Mode::Legacy).unwrap().every);
         assert_eq!(every_by_mode(&r)[&Mode::Legacy], 1);
         assert_eq!(every_by_mode(&r)[&Mode::Resilient], 2);
-        let md = r.markdown(&sc());
+        let md = r.markdown();
         assert!(md.contains("**2 of 3**"), "{md}");
         assert!(md.contains("✔ ✘ ✔"), "{md}");
         // The measured reason of the repetition that did not reproduce, with its value.
@@ -617,7 +620,7 @@ mod tests {
         let err = r.ensure_complete().unwrap_err().to_string();
         assert!(err.contains("rep-2 failed: lab did not boot"), "{err}");
         assert!(err.contains("rep-3 legacy: counts do not add up"), "{err}");
-        let md = r.markdown(&sc());
+        let md = r.markdown();
         assert!(
             md.contains("the repetition failed: lab did not boot"),
             "{md}"
@@ -644,7 +647,7 @@ mod tests {
             rep(2, cal(530.0, 170.0), 40.0, true),
         ]);
         assert!(!moved.calibration.as_ref().unwrap().rate_stable);
-        let md = moved.markdown(&sc());
+        let md = moved.markdown();
         assert!(md.contains("**beyond** the 10%"), "{md}");
         assert!(
             md.contains("| rep-1 | 520 rps (515–525) | 140 rps (137–143)"),

@@ -123,7 +123,7 @@ pub struct Calibration {
     pub notes: Vec<String>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct Verdict {
     pub check: String,
     pub value: Option<f64>,
@@ -137,7 +137,7 @@ pub struct Verdict {
 
 /// What a step came to. For legacy: the postmortem's step reproduced or not; for resilient: the
 /// fix held or not. `NotMeasured`: a precondition failed or a value was missing — no verdict.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StepOutcome {
     Reproduced,
@@ -174,7 +174,7 @@ impl StepOutcome {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct StepVerdict {
     pub phase: String,
     pub checks: Vec<Verdict>,
@@ -422,7 +422,9 @@ fn verdicts(sc: &Scenario, mode: Mode, phases: &[engine::PhaseReport]) -> Vec<St
         let mut list = Vec::new();
         for c in checks {
             let value = phases[i].summary.get(&c.metric).copied();
-            let r = sc.reference(i, c);
+            // A reference only where the check compares with one (an absolute bound shown as
+            // "0.0% → 0.0%" read as a comparison it is not).
+            let r = sc.reference(i, c).filter(|_| c.needs_reference());
             let reference = r.and_then(|r| phases[r].summary.get(&c.metric).copied());
             let ref_name = r.map_or("—", |r| sc.phases[r].name.as_str());
             list.push(Verdict {
@@ -793,7 +795,7 @@ pub async fn run(args: &ReplayArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> any
         reps.push(r.map_err(|e| format!("{e:#}")));
     }
     let report = super::repeats::Repeats::of(&sc, args, &reps);
-    let md = report.markdown(&sc);
+    let md = report.markdown();
     std::fs::write(out.join("replay.md"), &md)?;
     std::fs::write(
         out.join("repeats.json"),

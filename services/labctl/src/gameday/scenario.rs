@@ -137,7 +137,7 @@ pub struct VerdictCheck {
 }
 
 impl VerdictCheck {
-    fn needs_reference(&self) -> bool {
+    pub fn needs_reference(&self) -> bool {
         self.rises || self.falls || self.min_ratio.is_some() || self.max_ratio.is_some()
     }
 
