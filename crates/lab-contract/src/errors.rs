@@ -21,7 +21,7 @@
 //! | every hop | `internal`, `unlabelled` | 500 | no | a bug (`unlabelled`: an error not built from this table) |
 //! | edge-gateway | `unauthorized` | 401 | no | |
 //! | edge-gateway | `rate_limited` | 429 | yes | |
-//! | edge-gateway | `auth_unavailable`, `no_ready_upstream` | 503 | yes | |
+//! | edge-gateway | `auth_unavailable`, `auth_busy`, `no_ready_upstream` | 503 | yes | `auth_busy`: the flood guard, not the key store |
 //! | edge-gateway | `deadline_exceeded`, `upstream_timeout` | 504 | no | |
 //! | edge-gateway | `upstream_failed`, `upstream_unlabelled` | 502 | no | |
 //! | orchestrator | `deadline_exceeded`, `no_budget` | 504 | no | the fixed client's own budget decisions |
@@ -161,6 +161,11 @@ failures! {
         true, "the tenant is over its plan's requests per second: retry after Retry-After");
     GW_AUTH_UNAVAILABLE = (EdgeGateway, "auth_unavailable", 503,
         true, "API keys cannot be verified right now (the key store is unreachable): retry later with backoff");
+    /// The flood guard (`auth.flood_guard`): a key id seen for the first time found every
+    /// first-time lookup taken for 200 ms. Apart from `auth_unavailable` — the key store answers;
+    /// a flood of new ids, not a database failure, decided it (issue 24).
+    GW_AUTH_BUSY = (EdgeGateway, "auth_busy", 503,
+        true, "too many never-seen API keys are being verified at once (the flood guard); the key store is up: retry later with backoff");
     GW_NO_READY_UPSTREAM = (EdgeGateway, "no_ready_upstream", 503,
         true, "no orchestrator replica is in rotation: retry later with backoff");
     /// The gateway's own 3 s budget (`gateway.request`) ran out; the upstream call was dropped.

@@ -261,13 +261,15 @@ impl KeyStore {
             {
                 Ok(Ok(p)) => Some(p),
                 _ => {
+                    // Its own row: the key store is up, a flood of new ids decided this (it was
+                    // `auth_unavailable`, the same row as a real database failure — issue 24).
                     return Err((
                         "busy",
                         ApiError::unavailable(
-                            "auth_unavailable",
-                            "cannot verify the API key right now; retry later",
+                            "auth_busy",
+                            "too many new API keys are being verified at once; retry later",
                         ),
-                    ))
+                    ));
                 }
             },
         };
@@ -436,11 +438,15 @@ mod tests {
             }
         }
         let mut refused = 0;
+        let mut busy_answers = 0;
         for f in flood {
-            assert!(
-                f.await.unwrap().is_err(),
-                "an unknown key never authenticates"
-            );
+            let e = f
+                .await
+                .unwrap()
+                .expect_err("an unknown key never authenticates");
+            // A busy refusal answers its own row, never the key store's failure.
+            assert_ne!(e.code, "auth_unavailable", "{e:?}");
+            busy_answers += u64::from(e.code == "auth_busy");
             refused += 1;
         }
         assert_eq!(refused, 200);
@@ -452,6 +458,7 @@ mod tests {
         let (looked_up, busy) = (count("refused"), count("busy"));
         assert_eq!(looked_up + busy, 200);
         assert!(busy > 0, "some never-seen ids were refused at once");
+        assert_eq!(busy_answers, busy, "every busy refusal answered auth_busy");
         let remembered = store.unknown.lock().unwrap().len() as u64;
         assert_eq!(
             remembered, looked_up,
