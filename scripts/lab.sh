@@ -46,7 +46,7 @@ say "(progress: tail -f $OUT.log)"
 }
 
 say "the verdicts (the postmortem's timeline, step by step)"
-sed -n '/^## The timeline/,/^## Performance Comparison/p' "$OUT/replay.md" | grep -E '^- ' || true
+sed -En '/^## The timeline/,/^## (Performance Comparison|How good)/p' "$OUT/replay.md" | grep -E '^- ' || true
 say "how good the fix is, in one number (goodput while the plan is stale / what the stale database could serve)"
 sed -n '/^## How good/,/^## /p' "$OUT/replay.md" | grep -E '^- ' || true
 say "report: $OUT/replay.md (summary.json and each mode's per-second series beside it; log: $OUT.log)"

@@ -146,7 +146,7 @@ pub struct Percentiles {
     pub count: u64,
 }
 
-#[derive(Debug, Serialize, Clone)]
+#[derive(Debug, Serialize, serde::Deserialize, Clone)]
 pub struct SecondSample {
     pub second: u64,
     pub sent: u64,

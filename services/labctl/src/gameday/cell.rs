@@ -90,6 +90,7 @@ impl CellArgs {
             out: None,
             seed: self.seed,
             repeat: 1,
+            calibrate_only: false,
             lab: self.lab.clone(),
         }
     }

@@ -43,7 +43,7 @@ pub struct Run<'a> {
     pub time_scale: f64,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct PhaseReport {
     pub name: String,
     /// As run (scaled).
@@ -68,7 +68,7 @@ pub fn actions_end(actions: &[Action], phase: &str) -> f64 {
 }
 
 /// A labctl command a phase ran, and how it went.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct Action {
     pub phase: String,
     pub command: String,

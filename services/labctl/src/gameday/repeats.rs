@@ -11,7 +11,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::replay::{fmt_row, Calibration, Modes, ReplayArgs, Replayed, StepOutcome, StepVerdict};
+use super::replay::{fmt_row, Calibration, ReplayArgs, Replayed, StepOutcome, StepVerdict};
 use super::scenario::Scenario;
 use super::Mode;
 
@@ -85,7 +85,8 @@ pub struct CalibrationSpread {
     pub healthy_capacity_rps: Spread,
     pub stale_capacity_rps: Spread,
     pub rate: Spread,
-    /// The rate moved less than [`RATE_STABILITY_MAX`].
+    /// The rate moved less than [`RATE_STABILITY_MAX`] over at least two calibrations (one
+    /// calibration cannot show it: false).
     pub rate_stable: bool,
 }
 
@@ -134,12 +135,7 @@ impl Repeats {
                 }
             })
             .collect();
-        let modes: Vec<Mode> = match args.mode {
-            Modes::Both => vec![Mode::Legacy, Mode::Resilient],
-            Modes::Legacy => vec![Mode::Legacy],
-            Modes::Resilient => vec![Mode::Resilient],
-        };
-        let steps = tally(sc, &modes, &repetitions);
+        let steps = tally(sc, &args.modes(), &repetitions);
         let calibration = spread(&repetitions);
         Repeats {
             scenario: sc.clone(),
@@ -155,7 +151,9 @@ impl Repeats {
     /// up: its steps were counted as not measured, and the user must know why.
     pub fn ensure_complete(&self) -> anyhow::Result<()> {
         let mut bad = Vec::new();
+        let mut reps = 0;
         for r in &self.repetitions {
+            let before = bad.len();
             if let Some(e) = &r.error {
                 bad.push(format!("{} failed: {e}", r.dir));
             }
@@ -166,12 +164,12 @@ impl Repeats {
                     m.mode.variant()
                 ));
             }
+            reps += usize::from(bad.len() > before);
         }
         anyhow::ensure!(
             bad.is_empty(),
-            "{} of {} repetitions are incomplete ({}); their steps are counted as not measured \
-             in the report",
-            bad.len(),
+            "{reps} of {} repetitions are incomplete ({}); their steps are counted as not \
+             measured in the report",
             self.repeat,
             bad.join("; ")
         );
@@ -186,7 +184,9 @@ impl Repeats {
              whole replay: a fresh calibration, then every mode on a fresh lab, at time scale {}× \
              (its own report in `rep-<i>/replay.md`). A step counts as reproduced (legacy) or as \
              the fix holding (resilient) only when it did in all {n}; a repetition that failed or \
-             whose counts did not add up gives \"not measured\".\n",
+             whose counts did not add up gives \"not measured\". Every repetition replays the \
+             same document stream (the same `--seed`): what moves between them is the system, \
+             not the input.\n",
             sc.name, sc.summary, self.time_scale
         );
 
@@ -216,11 +216,20 @@ impl Repeats {
                 None => md.push_str(&format!(
                     "| {} | failed: {} | | | | |\n",
                     r.dir,
-                    r.error.as_deref().unwrap_or("?").replace('|', "/")
+                    r.error
+                        .as_deref()
+                        .unwrap_or("?")
+                        .replace('|', "/")
+                        .replace('\n', " ")
                 )),
             }
         }
         match &self.calibration {
+            Some(c) if c.calibrations < 2 => md.push_str(&format!(
+                "\nOne calibration ({} of {n} repetitions calibrated): how far the rate moves \
+                 between calibrations is not assessed.\n",
+                c.calibrations
+            )),
             Some(c) => {
                 let s = |x: &Spread| {
                     format!(
@@ -247,6 +256,9 @@ impl Repeats {
                     100.0 * RATE_STABILITY_MAX
                 ));
             }
+            None if self.repetitions.iter().any(|r| r.calibration.is_some()) => md.push_str(
+                "\nNo calibration spread: the rate was given (`--rate`), not calibrated.\n",
+            ),
             None => md.push_str("\nNo calibration spread: no repetition calibrated.\n"),
         }
 
@@ -309,8 +321,9 @@ impl Repeats {
             let of_mode: Vec<&StepTally> = self.steps.iter().filter(|t| t.mode == *m).collect();
             let every = of_mode.iter().filter(|t| t.every).count();
             let none = of_mode.iter().filter(|t| t.reproduced == 0).count();
+            let unmeasured = of_mode.iter().filter(|t| t.not_measured == n).count();
             md.push_str(&format!(
-                "- {}: {every} of {} steps {} in all {n} repetitions; {} in some but not all; {none} in none\n",
+                "- {}: {every} of {} steps {} in all {n} repetitions; {} in some but not all; {none} in none ({unmeasured} of them not measured in any)\n",
                 m.variant(),
                 of_mode.len(),
                 StepOutcome::Reproduced.words(*m),
@@ -326,8 +339,11 @@ impl Repeats {
                     r.modes
                         .iter()
                         .find(|x| x.mode == *m)
-                        .and_then(|x| x.fix_quality)
-                        .map_or("not measured".into(), |q| format!("{q:.2}"))
+                        .map_or("not measured".into(), |x| match x.fix_quality {
+                            _ if !x.consistent => "not measured (counts did not add up)".into(),
+                            Some(q) => format!("{q:.2}"),
+                            None => "not measured".into(),
+                        })
                 })
                 .collect();
             md.push_str(&format!("- {}: {}\n", m.variant(), q.join(", ")));
@@ -346,7 +362,11 @@ impl Repeats {
                 t.reproduced
             ));
             for (i, r) in self.repetitions.iter().enumerate() {
-                let o = t.outcomes[i];
+                let o = t
+                    .outcomes
+                    .get(i)
+                    .copied()
+                    .unwrap_or(StepOutcome::NotMeasured);
                 if o == StepOutcome::Reproduced {
                     continue;
                 }
@@ -455,7 +475,7 @@ fn spread(reps: &[Repetition]) -> Option<CalibrationSpread> {
         calibrations: cals.len(),
         healthy_capacity_rps: of(|c| c.healthy_capacity_rps)?,
         stale_capacity_rps: of(|c| c.stale_capacity_rps)?,
-        rate_stable: rate.relative < RATE_STABILITY_MAX,
+        rate_stable: cals.len() >= 2 && rate.relative < RATE_STABILITY_MAX,
         rate,
     })
 }
@@ -489,6 +509,8 @@ mod tests {
             stale_capacity_rps: stale,
             healthy_per_second: Some([healthy - 5.0, healthy + 5.0]),
             stale_per_second: Some([stale - 3.0, stale + 3.0]),
+            healthy_probe_goodput: vec![],
+            stale_probe_goodput: vec![],
             stale_over_healthy: stale / healthy,
             stale_utilisation: 0.9,
             rate: 0.9 * stale,
@@ -624,6 +646,57 @@ mod tests {
         assert!(
             md.contains("the repetition failed: lab did not boot"),
             "{md}"
+        );
+    }
+
+    #[test]
+    fn repeats_json_reads_back_into_the_same_report_even_without_a_calibration() {
+        // `--rate`: the calibration's capacities are NaN, written as null.
+        let mut given = cal(500.0, 160.0);
+        given.healthy_capacity_rps = f64::NAN;
+        given.stale_capacity_rps = f64::NAN;
+        given.stale_over_healthy = f64::NAN;
+        given.healthy_utilisation = f64::NAN;
+        let r = repeats(vec![
+            rep(1, given.clone(), 40.0, true),
+            rep(2, given, 5.0, true),
+        ]);
+        let json = serde_json::to_vec(&r).unwrap();
+        let back: Repeats = serde_json::from_slice(&json).expect("repeats.json reads back");
+        assert_eq!(back.markdown(), r.markdown());
+        assert!(back.repetitions[0]
+            .calibration
+            .as_ref()
+            .unwrap()
+            .healthy_capacity_rps
+            .is_nan());
+        let md = r.markdown();
+        assert!(md.contains("the rate was given (`--rate`)"), "{md}");
+    }
+
+    #[test]
+    fn one_calibration_cannot_show_the_rate_is_stable() {
+        let mut failed = rep(2, cal(500.0, 160.0), 40.0, true);
+        failed.error = Some("lab did not boot\nat all".into());
+        failed.calibration = None;
+        failed.modes.clear();
+        let r = repeats(vec![rep(1, cal(500.0, 160.0), 40.0, true), failed]);
+        let c = r.calibration.as_ref().unwrap();
+        assert_eq!((c.calibrations, c.rate.relative), (1, 0.0));
+        assert!(
+            !c.rate_stable,
+            "a spread of 0 over one calibration is not stability"
+        );
+        let md = r.markdown();
+        assert!(md.contains("is not assessed"), "{md}");
+        assert!(
+            md.contains("| rep-2 | failed: lab did not boot at all |"),
+            "{md}"
+        );
+        let err = r.ensure_complete().unwrap_err().to_string();
+        assert!(
+            err.starts_with("1 of 2 repetitions are incomplete"),
+            "{err}"
         );
     }
 

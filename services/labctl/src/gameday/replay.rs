@@ -87,17 +87,43 @@ pub struct ReplayArgs {
     /// it did in every repetition. The calibration's spread is reported beside it.
     #[arg(long, default_value_t = 1)]
     pub repeat: u32,
+    /// Only calibrate (with `--repeat N`: N calibrations, and how far they moved): the
+    /// calibration's own stability, measured.
+    #[arg(long, conflicts_with = "rate")]
+    pub calibrate_only: bool,
     /// The lab's shape (every run starts a fresh one of it).
     #[command(flatten)]
     pub lab: UpArgs,
+}
+
+/// A quantity that is NaN when not measured (`--rate` skips the calibration): serde_json writes
+/// NaN as `null`, read back here as NaN (a plain `f64` refuses `null`, and the run's own
+/// `summary.json` / `repeats.json` could not be read back).
+fn nan_if_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    use serde::Deserialize;
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
+}
+
+impl ReplayArgs {
+    /// The modes to replay (none with `--calibrate-only`).
+    pub fn modes(&self) -> Vec<Mode> {
+        match (self.calibrate_only, self.mode) {
+            (true, _) => Vec::new(),
+            (_, Modes::Both) => vec![Mode::Legacy, Mode::Resilient],
+            (_, Modes::Legacy) => vec![Mode::Legacy],
+            (_, Modes::Resilient) => vec![Mode::Resilient],
+        }
+    }
 }
 
 /// What the calibration measured and chose.
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct Calibration {
     /// 200s within 3 s per second, closed loop, warm caches, healthy plan.
+    #[serde(deserialize_with = "nan_if_null")]
     pub healthy_capacity_rps: f64,
     /// The same with the stale plan (after the plan flip).
+    #[serde(deserialize_with = "nan_if_null")]
     pub stale_capacity_rps: f64,
     /// The healthy probe's slowest and fastest second (goodput per second), rps.
     #[serde(default)]
@@ -105,11 +131,20 @@ pub struct Calibration {
     /// The stale probe's slowest and fastest second, rps.
     #[serde(default)]
     pub stale_per_second: Option<[f64; 2]>,
+    /// The probes' goodput, second by second (the healthy probe's, then the stale one's): what
+    /// the capacities above were computed from.
+    #[serde(default)]
+    pub healthy_probe_goodput: Vec<u64>,
+    #[serde(default)]
+    pub stale_probe_goodput: Vec<u64>,
+    #[serde(deserialize_with = "nan_if_null")]
     pub stale_over_healthy: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub stale_utilisation: f64,
     /// The replay's rate.
     pub rate: f64,
     /// `rate / healthy capacity`: how much of the healthy lab the replay's load uses.
+    #[serde(deserialize_with = "nan_if_null")]
     pub healthy_utilisation: f64,
     pub healthy_utilisation_ok: bool,
     /// Largest orchestrator RSS at the end of the warm-up (steady, caches warm), MB.
@@ -183,7 +218,7 @@ pub struct StepVerdict {
     pub reproduced: bool,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, serde::Deserialize)]
 pub struct ModeReport {
     pub mode: Mode,
     phases: Vec<engine::PhaseReport>,
@@ -199,6 +234,7 @@ pub struct ModeReport {
     pub fix_quality: Option<f64>,
 }
 
+/// `summary.json` of one replay: everything its `replay.md` is written from ([`markdown`]).
 #[derive(Serialize)]
 struct Summary<'a> {
     scenario: &'a Scenario,
@@ -226,28 +262,31 @@ pub(super) async fn labctl(g: &Globals, cmd: &str, log: &Path) -> anyhow::Result
 
 /// What a closed-loop probe measured over its last seconds: goodput per second, its mean and
 /// its slowest and fastest second.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(super) struct Probe {
     pub mean: f64,
     pub min: f64,
     pub max: f64,
+    /// Goodput of each second of the window.
+    pub good: Vec<u64>,
 }
 
 impl Probe {
     /// The probe of `per_second`'s seconds in `[from, to)` (a second with no sample: 0 good).
     fn of(per_second: &[load::SecondSample], from: u64, to: u64) -> Probe {
-        let good: Vec<f64> = (from..to.max(from + 1))
+        let good: Vec<u64> = (from..to.max(from + 1))
             .map(|sec| {
                 per_second
                     .iter()
                     .find(|s| s.second == sec)
-                    .map_or(0.0, |s| s.good as f64)
+                    .map_or(0, |s| s.good)
             })
             .collect();
         Probe {
-            mean: good.iter().sum::<f64>() / good.len() as f64,
-            min: good.iter().copied().fold(f64::INFINITY, f64::min),
-            max: good.iter().copied().fold(0.0, f64::max),
+            mean: good.iter().sum::<u64>() as f64 / good.len() as f64,
+            min: good.iter().copied().min().unwrap_or(0) as f64,
+            max: good.iter().copied().max().unwrap_or(0) as f64,
+            good,
         }
     }
 }
@@ -400,6 +439,8 @@ pub(super) async fn calibrate(
         stale_capacity_rps: stale,
         healthy_per_second: Some([healthy_probe.min, healthy_probe.max]),
         stale_per_second: Some([stale_probe.min, stale_probe.max]),
+        healthy_probe_goodput: healthy_probe.good,
+        stale_probe_goodput: stale_probe.good,
         stale_over_healthy: stale / healthy,
         stale_utilisation: args.stale_utilisation,
         rate,
@@ -481,7 +522,12 @@ pub(super) fn fmt_row(key: &str, v: Option<f64>) -> String {
     report::fmt_value(v.as_ref(), unit)
 }
 
-fn markdown(sc: &Scenario, cal: &Calibration, args: &ReplayArgs, modes: &[ModeReport]) -> String {
+pub(super) fn markdown(
+    sc: &Scenario,
+    cal: &Calibration,
+    time_scale: f64,
+    modes: &[ModeReport],
+) -> String {
     let mut md = format!(
         "# Replay: {} — the postmortem's morning from the real trigger\n\n{}\n",
         sc.name, sc.summary
@@ -511,8 +557,7 @@ fn markdown(sc: &Scenario, cal: &Calibration, args: &ReplayArgs, modes: &[ModeRe
 
     // The timeline.
     md.push_str(&format!(
-        "\n## The timeline, step by step (time scale {}×)\n\n| time | step | the postmortem |",
-        args.time_scale
+        "\n## The timeline, step by step (time scale {time_scale}×)\n\n| time | step | the postmortem |"
     ));
     for m in modes {
         md.push_str(&format!(
@@ -735,7 +780,7 @@ fn fix_quality(sc: &Scenario, phases: &[engine::PhaseReport], stale_capacity: f6
 }
 
 /// One replay — the calibration (unless `--rate`) and every mode on a fresh lab — reported in
-/// `out` (`replay.md`, `summary.json`, `replay.html`, each mode's series).
+/// `out` (`replay.md`, `summary.json`, `report.html`, each mode's series).
 pub struct Replayed {
     pub calibration: Calibration,
     pub modes: Vec<ModeReport>,
@@ -768,11 +813,15 @@ pub async fn run(args: &ReplayArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> any
     let started = Instant::now();
     if args.repeat == 1 {
         let r = replay_once(args, g, &keys, &sc, &out).await?;
+        if args.calibrate_only {
+            println!("calibration: {}", out.join("calibration.json").display());
+            return Ok(());
+        }
         println!(
             "replay done in {:.1} min; report: {} ({} with the charts)",
             started.elapsed().as_secs_f64() / 60.0,
             out.join("replay.md").display(),
-            out.join("replay.html").display()
+            out.join("report.html").display()
         );
         for m in &r.modes {
             super::fail_on_inconsistency(&m.consistency, &out)
@@ -826,6 +875,8 @@ async fn replay_once(
             stale_capacity_rps: f64::NAN,
             healthy_per_second: None,
             stale_per_second: None,
+            healthy_probe_goodput: Vec::new(),
+            stale_probe_goodput: Vec::new(),
             stale_over_healthy: f64::NAN,
             stale_utilisation: f64::NAN,
             rate,
@@ -846,13 +897,18 @@ async fn replay_once(
         "replay rate {:.0} rps (healthy capacity {:.0}, stale {:.0})",
         cal.rate, cal.healthy_capacity_rps, cal.stale_capacity_rps
     );
-    let modes: Vec<Mode> = match args.mode {
-        Modes::Both => vec![Mode::Legacy, Mode::Resilient],
-        Modes::Legacy => vec![Mode::Legacy],
-        Modes::Resilient => vec![Mode::Resilient],
-    };
+    if args.calibrate_only {
+        std::fs::write(
+            out.join("calibration.json"),
+            serde_json::to_vec_pretty(&cal)?,
+        )?;
+        return Ok(Replayed {
+            calibration: cal,
+            modes: Vec::new(),
+        });
+    }
     let mut reports = Vec::new();
-    for mode in modes {
+    for mode in args.modes() {
         let dir = out.join(mode.variant());
         std::fs::create_dir_all(&dir)?;
         println!(
@@ -925,7 +981,7 @@ async fn replay_once(
     if reports.is_empty() {
         bail!("no mode was replayed");
     }
-    let md = markdown(sc, &cal, args, &reports);
+    let md = markdown(sc, &cal, args.time_scale, &reports);
     std::fs::write(out.join("replay.md"), &md)?;
     std::fs::write(
         out.join("summary.json"),

@@ -34,6 +34,11 @@ pub const ROWS: &[(&str, &str, &str)] = &[
     ),
     ("dead_tuples_max", "Dead tuples in entities (max)", ""),
     (
+        "db_stats_up_min",
+        "entity-service's database facts up (min; 0 = the plan probe failed: the two rows above not measured)",
+        "",
+    ),
+    (
         "entity_retries_off_last",
         "Kill switch retries.entity.enabled=off applied by every orchestrator (last scrape)",
         "",
@@ -41,11 +46,6 @@ pub const ROWS: &[(&str, &str, &str)] = &[
     (
         "gateway_retries_off_last",
         "Kill switch retries.gateway.enabled=off applied by every gateway (last scrape)",
-        "",
-    ),
-    (
-        "db_stats_up_min",
-        "entity-service's database facts up (min; 0 = the plan probe failed: the two rows above not measured)",
         "",
     ),
     ("gateway_rps", "Gateway accepted rps", "rps"),
@@ -628,7 +628,7 @@ fn origin_of_5xx(labels: &str) -> Option<String> {
 }
 
 /// One check of the run's own bookkeeping: two independent counts that must agree exactly.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Check {
     pub name: String,
     pub expected: f64,

@@ -569,7 +569,14 @@ mod tests {
 
     /// Quantities that only echo the scenario's own command (a rollout ran, the replicas exist):
     /// preconditions, never the verdict.
-    const ECHOES: &[&str] = &["rollouts", "orchestrator_replicas_max", "crash_restarts"];
+    const ECHOES: &[&str] = &[
+        "rollouts",
+        "orchestrator_replicas_max",
+        "crash_restarts",
+        // The scenario's own flag write, read back.
+        "entity_retries_off_last",
+        "gateway_retries_off_last",
+    ];
     /// (mode, metric, value): a quantity the mode fixes by construction. The fixed gateway makes
     /// exactly one attempt per request (retries live at one layer, not this one).
     const BY_CONSTRUCTION: &[(&str, &str, f64)] =

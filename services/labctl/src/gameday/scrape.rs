@@ -192,11 +192,12 @@ impl Series<'_> {
             .reduce(reduce)
     }
 
-    /// At the last tick of `phase` that has the series: `name`'s matching series per replica of
-    /// `service`, reduced over the replicas with `across` (`min`: what EVERY replica reads — a
-    /// flag applied by all of them). For a state that takes a moment to arrive (a flag's watch,
-    /// the plan probe's 5 s refresh), where a reduction over the window would read its first
-    /// seconds.
+    /// At the last tick of `phase` where EVERY replica of `service` known then was read and had
+    /// the series: `name`'s matching series per replica, reduced over the replicas with `across`
+    /// (`min`: what every replica reads — a flag applied by all of them). A tick where one
+    /// replica was down (OOM-killed, restarting) is skipped, not read as the others' value. For
+    /// a state that takes a moment to arrive (a flag's watch, the plan probe's 5 s refresh), where
+    /// a reduction over the window would read its first seconds.
     pub fn gauge_last(
         &self,
         phase: usize,
@@ -209,6 +210,21 @@ impl Series<'_> {
         self.ticks[from + usize::from(from < to)..=to]
             .iter()
             .rev()
+            .filter(|tick| {
+                self.targets
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, t)| t.service == service)
+                    .filter_map(|(ti, _)| tick.scrapes.get(ti))
+                    .all(|scrape| {
+                        scrape.as_ref().is_some_and(|m| {
+                            m.keys().any(|k| {
+                                let (n, labels) = split(k);
+                                n == name && keep(labels)
+                            })
+                        })
+                    })
+            })
             .find_map(|tick| self.tick_value(tick, service, name, &keep, Some(across)))
     }
 
@@ -379,15 +395,35 @@ mod tests {
         ticks[0].phase = 0;
         // One replica still retries at the last scrape: the switch has not taken effect.
         assert_eq!(read(&ticks), Some(0.0));
-        ticks.push(tick(2.0, 1.0, 1.0));
-        assert_eq!(read(&ticks), Some(1.0));
-        // A replica that was not scraped at the last tick does not hide the others' state.
+        // The one still retrying is down at the next scrape (OOM-killed): the other's `off` is
+        // not "every replica" — the last tick where both were read decides.
         ticks.push(Tick {
-            t: 3.0,
+            t: 2.0,
             phase: 1,
-            scrapes: vec![None, Some([(off.to_string(), 0.0)].into())],
+            scrapes: vec![Some([(off.to_string(), 1.0)].into()), None],
         });
         assert_eq!(read(&ticks), Some(0.0));
+        ticks.push(tick(3.0, 1.0, 1.0));
+        assert_eq!(read(&ticks), Some(1.0));
+        // A replica whose scrape lacks the series (another binary) makes the tick incomplete.
+        ticks.push(Tick {
+            t: 4.0,
+            phase: 1,
+            scrapes: vec![Some([(off.to_string(), 1.0)].into()), Some(HashMap::new())],
+        });
+        assert_eq!(read(&ticks), Some(1.0), "tick 3 decides");
+        // No complete tick in the window: not measured.
+        let lone = [
+            tick(0.0, 0.0, 0.0),
+            Tick {
+                t: 1.0,
+                phase: 1,
+                scrapes: vec![None, Some([(off.to_string(), 1.0)].into())],
+            },
+        ];
+        let mut lone = lone.to_vec();
+        lone[0].phase = 0;
+        assert_eq!(read(&lone), None);
     }
 
     #[test]
