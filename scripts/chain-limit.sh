@@ -604,8 +604,8 @@ PY
 publish() {
     mkdir -p docs/reports
     cp "$OUT/chain-limit.md" docs/reports/chain-limit.md
-    cp "$OUT/summary.json" docs/reports/chain-limit.json
-    say "published docs/reports/chain-limit.md and chain-limit.json"
+    cp "$OUT/summary.json" docs/reports/data/chain-limit.json
+    say "published docs/reports/chain-limit.md and data/chain-limit.json"
 }
 
 if [[ -n "$REPORT_ONLY" ]]; then

@@ -12,6 +12,8 @@ pub mod charts;
 pub mod engine;
 pub mod html;
 pub mod map;
+#[cfg(test)]
+mod provenance;
 pub mod repeats;
 pub mod replay;
 pub mod report;
