@@ -85,6 +85,8 @@ impl CellArgs {
             scenario: "incident".into(),
             warmup_seconds: self.warmup_seconds,
             probe_seconds: self.probe_seconds,
+            // Cells keep one probe length for both (their --quick timings are shorter).
+            stale_probe_seconds: Some(self.probe_seconds),
             probe_concurrency: self.probe_concurrency,
             memory_limit: self.memory_limit.clone(),
             out: None,

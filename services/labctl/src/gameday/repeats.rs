@@ -179,42 +179,58 @@ impl Repeats {
     pub fn markdown(&self) -> String {
         let sc = &self.scenario;
         let n = self.repeat;
-        let mut md = format!(
-            "# Replay ×{n}: {} — each step's verdict, k of {n}\n\n{}\n\nEach repetition is a \
-             whole replay: a fresh calibration, then every mode on a fresh lab, at time scale {}× \
-             (its own report in `rep-<i>/replay.md`). A step counts as reproduced (legacy) or as \
-             the fix holding (resilient) only when it did in all {n}; a repetition that failed or \
-             whose counts did not add up gives \"not measured\". Every repetition replays the \
-             same document stream (the same `--seed`): what moves between them is the system, \
-             not the input.\n",
-            sc.name, sc.summary, self.time_scale
-        );
+        let mut md = if self.steps.is_empty() {
+            format!(
+                "# Calibration ×{n}: {} — how far the operating point moves\n\n`labctl replay \
+                 --calibrate-only --repeat {n}`: {n} calibrations, each on a fresh lab (a \
+                 closed-loop warm-up whose last seconds give the healthy capacity, the plan flip, a \
+                 closed-loop probe of the stale capacity, ANALYZE), and how far the replay's rate \
+                 (0.9 × the stale capacity) moved between them.\n",
+                sc.name
+            )
+        } else {
+            format!(
+                "# Replay ×{n}: {} — each step's verdict, k of {n}\n\n{}\n\nEach repetition is a \
+                 whole replay: a fresh calibration, then every mode on a fresh lab, at time scale \
+                 {}× (its own report in `rep-<i>/replay.md`). A step counts as reproduced (legacy) \
+                 or as the fix holding (resilient) only when it did in all {n}; a repetition that \
+                 failed or whose counts did not add up gives \"not measured\". Every repetition \
+                 replays the same document stream (the same `--seed`): what moves between them is \
+                 the system, not the input.\n",
+                sc.name, sc.summary, self.time_scale
+            )
+        };
 
         md.push_str("\n## Calibration, repetition by repetition\n\n");
         md.push_str(
-            "| repetition | healthy capacity (slowest–fastest second) | stale capacity (slowest–fastest second) | stale / healthy | replay rate | healthy utilisation |\n|---|---:|---:|---:|---:|---:|\n",
+            "| repetition | healthy capacity (slowest–fastest second) | stale capacity (slowest–fastest second) | stale probe | stale / healthy | replay rate | healthy utilisation |\n|---|---:|---:|---:|---:|---:|---:|\n",
         );
         let range =
             |r: Option<[f64; 2]>| r.map_or(String::new(), |[a, b]| format!(" ({a:.0}–{b:.0})"));
         for r in &self.repetitions {
             match &r.calibration {
                 Some(c) if c.healthy_capacity_rps.is_finite() => md.push_str(&format!(
-                    "| {} | {:.0} rps{} | {:.0} rps{} | {:.2}× | {:.0} rps | {:.0}% |\n",
+                    "| {} | {:.0} rps{} | {:.0} rps{} | {} | {:.2}× | {:.0} rps | {:.0}% |\n",
                     r.dir,
                     c.healthy_capacity_rps,
                     range(c.healthy_per_second),
                     c.stale_capacity_rps,
                     range(c.stale_per_second),
+                    // Runs before the per-second series was recorded: not known here.
+                    match c.stale_probe_goodput.len() {
+                        0 => "—".to_string(),
+                        s => format!("{s} s"),
+                    },
                     c.stale_over_healthy,
                     c.rate,
                     100.0 * c.healthy_utilisation
                 )),
                 Some(c) => md.push_str(&format!(
-                    "| {} | — | — | — | {:.0} rps (--rate) | — |\n",
+                    "| {} | — | — | — | — | {:.0} rps (--rate) | — |\n",
                     r.dir, c.rate
                 )),
                 None => md.push_str(&format!(
-                    "| {} | failed: {} | | | | |\n",
+                    "| {} | failed: {} | | | | | |\n",
                     r.dir,
                     r.error
                         .as_deref()
@@ -262,6 +278,11 @@ impl Repeats {
             None => md.push_str("\nNo calibration spread: no repetition calibrated.\n"),
         }
 
+        if self.steps.is_empty() {
+            // `--calibrate-only`: the calibrations are the report.
+            md.push_str("\nCalibration only (`--calibrate-only`): no mode was replayed.\n");
+            return md;
+        }
         // The verdict table: one row per step, k of N per mode and each repetition's outcome.
         let modes: Vec<Mode> = {
             let mut m: Vec<Mode> = self.steps.iter().map(|t| t.mode).collect();
@@ -672,6 +693,22 @@ mod tests {
             .is_nan());
         let md = r.markdown();
         assert!(md.contains("the rate was given (`--rate`)"), "{md}");
+    }
+
+    #[test]
+    fn a_calibration_only_repeat_reports_the_calibrations_and_no_verdicts() {
+        let mut a = rep(1, cal(600.0, 181.0), 40.0, true);
+        let mut b = rep(2, cal(610.0, 197.0), 40.0, true);
+        a.modes.clear();
+        b.modes.clear();
+        let mut r = repeats(vec![a, b]);
+        r.steps = tally(&sc(), &[], &r.repetitions);
+        assert!(r.steps.is_empty());
+        let md = r.markdown();
+        assert!(md.contains("no mode was replayed"), "{md}");
+        assert!(!md.contains("## The timeline"), "{md}");
+        assert!(md.contains("moves 8.5%"), "{md}");
+        assert!(r.calibration.as_ref().unwrap().rate_stable);
     }
 
     #[test]

@@ -65,9 +65,15 @@ pub struct ReplayArgs {
     /// Closed-loop warm-up before every run (fills the caches; its end measures health).
     #[arg(long, default_value_t = 60)]
     pub warmup_seconds: u64,
-    /// Seconds of each capacity probe (the warm-up's last ones, and the stale probe).
+    /// Seconds of the healthy capacity probe (the warm-up's last ones).
     #[arg(long, default_value_t = 20)]
     pub probe_seconds: u64,
+    /// Seconds of the stale-plan probe, which sets the replay's rate. Its goodput drifts by
+    /// ±15% over 10 s windows on this 2-core machine (per-second sd 26–41 rps around ~200), so
+    /// 20 s moved the rate 14.5% between three calibrations and 40 s 13.2% (issue 24): default
+    /// 90 s. Default: 90, or `--probe-seconds` when that is longer.
+    #[arg(long)]
+    pub stale_probe_seconds: Option<u64>,
     /// Clients of the closed-loop probes: the PostgreSQL connections of the default lab (2
     /// entity-services × 16), which is also the fixed client's total concurrency limit.
     #[arg(long, default_value_t = 32)]
@@ -105,6 +111,12 @@ fn nan_if_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> 
 }
 
 impl ReplayArgs {
+    /// Seconds of the stale-plan probe ([`ReplayArgs::stale_probe_seconds`]).
+    pub fn stale_probe(&self) -> u64 {
+        self.stale_probe_seconds
+            .unwrap_or(90.max(self.probe_seconds))
+    }
+
     /// The modes to replay (none with `--calibrate-only`).
     pub fn modes(&self) -> Vec<Mode> {
         match (self.calibrate_only, self.mode) {
@@ -397,8 +409,8 @@ pub(super) async fn calibrate(
         args,
         g,
         keys,
-        args.probe_seconds + 2,
-        args.probe_seconds,
+        args.stale_probe() + 2,
+        args.stale_probe(),
         args.seed.wrapping_add(2000),
     )
     .await?;
