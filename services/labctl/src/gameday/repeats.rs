@@ -11,7 +11,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::replay::{fmt_row, Calibration, ReplayArgs, Replayed, StepOutcome, StepVerdict};
+use super::replay::{Calibration, ReplayArgs, Replayed, StepOutcome, StepVerdict, Verdict};
 use super::scenario::Scenario;
 use super::Mode;
 
@@ -430,20 +430,7 @@ fn reason(r: &Repetition, t: &StepTally) -> String {
     step.checks
         .iter()
         .filter(|c| c.ok != Some(true))
-        .map(|c| {
-            let key = c.check.split_whitespace().next().unwrap_or("");
-            let r = c
-                .reference
-                .map(|r| format!("{} → ", fmt_row(key, Some(r))))
-                .unwrap_or_default();
-            format!(
-                "{}{} `{}`: {r}{}",
-                if c.precondition { "precondition " } else { "" },
-                if c.ok.is_none() { "?" } else { "✘" },
-                c.check,
-                fmt_row(key, c.value)
-            )
-        })
+        .map(Verdict::markdown)
         .collect::<Vec<_>>()
         .join("; ")
 }
@@ -505,7 +492,6 @@ fn spread(reps: &[Repetition]) -> Option<CalibrationSpread> {
 mod tests {
     use std::collections::BTreeMap;
 
-    use super::super::replay::Verdict;
     use super::*;
 
     /// Steps that held in every repetition, by mode.

@@ -182,6 +182,32 @@ pub struct Verdict {
     pub precondition: bool,
 }
 
+impl Verdict {
+    /// `✔ `check`: reference → value` (marked when a precondition), as the reports show it.
+    pub fn markdown(&self) -> String {
+        let key = self.check.split_whitespace().next().unwrap_or("");
+        let r = self
+            .reference
+            .map(|r| format!("{} → ", fmt_row(key, Some(r))))
+            .unwrap_or_default();
+        format!(
+            "{}{} `{}`: {r}{}",
+            if self.precondition {
+                "precondition "
+            } else {
+                ""
+            },
+            match self.ok {
+                Some(true) => "✔",
+                Some(false) => "✘",
+                None => "?",
+            },
+            self.check,
+            fmt_row(key, self.value)
+        )
+    }
+}
+
 /// What a step came to. For legacy: the postmortem's step reproduced or not; for resilient: the
 /// fix held or not. `NotMeasured`: a precondition failed or a value was missing — no verdict.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -529,7 +555,7 @@ const POSTMORTEM_TABLE: &[(&str, &str, &str, &str)] = &[
     ("orchestrator_replicas_max", "24", "60 (thrashing)", "24"),
 ];
 
-pub(super) fn fmt_row(key: &str, v: Option<f64>) -> String {
+fn fmt_row(key: &str, v: Option<f64>) -> String {
     let unit = report::ROWS.iter().find(|r| r.0 == key).map_or("", |r| r.2);
     report::fmt_value(v.as_ref(), unit)
 }
@@ -595,24 +621,7 @@ pub(super) fn markdown(
             let measured = step.map_or("—".to_string(), |s| {
                 s.checks
                     .iter()
-                    .map(|c| {
-                        let key = c.check.split_whitespace().next().unwrap_or("");
-                        let v = fmt_row(key, c.value);
-                        let r = c
-                            .reference
-                            .map(|r| format!("{} → ", fmt_row(key, Some(r))))
-                            .unwrap_or_default();
-                        format!(
-                            "{}{} `{}`: {r}{v}",
-                            if c.precondition { "precondition " } else { "" },
-                            match c.ok {
-                                Some(true) => "✔",
-                                Some(false) => "✘",
-                                None => "?",
-                            },
-                            c.check
-                        )
-                    })
+                    .map(Verdict::markdown)
                     .collect::<Vec<_>>()
                     .join("<br>")
             });
