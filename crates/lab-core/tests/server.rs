@@ -43,7 +43,7 @@ async fn drain_answers_in_flight_then_lingers_with_connection_close_then_stops_a
     let running = tokio::spawn(server.run_until_stopped(async move {
         let _ = stopped.await;
     }));
-    let client = reqwest::Client::new();
+    let client = http_client();
 
     // Before the drain: keep-alive as usual.
     let before = client.get(format!("{url}/fast")).send().await.unwrap();
@@ -59,7 +59,7 @@ async fn drain_answers_in_flight_then_lingers_with_connection_close_then_stops_a
     tokio::time::sleep(Duration::from_millis(50)).await;
 
     // The linger: a new connection is still accepted, and its answer closes it.
-    let fresh = reqwest::Client::new();
+    let fresh = http_client();
     let during = fresh.get(format!("{url}/fast")).send().await.unwrap();
     assert_eq!(during.status(), 200);
     assert_eq!(
@@ -86,7 +86,7 @@ async fn drain_answers_in_flight_then_lingers_with_connection_close_then_stops_a
         "the server stopped after {:?}, before its {LINGER_MS} ms linger",
         t0.elapsed()
     );
-    let after = reqwest::Client::new()
+    let after = http_client()
         .get(format!("{url}/fast"))
         .send()
         .await
@@ -111,4 +111,13 @@ async fn bind_refuses_a_linger_as_long_as_the_drain() {
         .err()
         .expect("refused");
     assert!(format!("{err:#}").contains("drain_linger_ms"), "{err:#}");
+}
+
+/// A client with a timeout (`.clippy.toml`): a server that never answers fails the test instead
+/// of hanging it. 30 s: far above any answer here.
+fn http_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(30))
+        .build()
+        .expect("a reqwest client")
 }

@@ -57,7 +57,7 @@ async fn track_opens_the_server_span_under_the_callers_traceparent() {
     recorder::global();
     let url = serve().await;
     let trace = "0af7651916cd43dd8448eb211c80319c";
-    let resp = reqwest::Client::new()
+    let resp = http_client()
         .get(format!("{url}/ok"))
         .header(TRACEPARENT, traceparent(trace, "b7ad6b7169203331"))
         .send()
@@ -76,7 +76,7 @@ async fn track_opens_the_server_span_under_the_callers_traceparent() {
 async fn track_marks_a_5xx_as_an_error_span() {
     recorder::global();
     let url = serve().await;
-    let resp = reqwest::Client::new()
+    let resp = http_client()
         .get(format!("{url}/fail"))
         .header(TRACEPARENT, traceparent(CALLER_TRACE, "00f067aa0ba902b7"))
         .send()
@@ -93,7 +93,7 @@ async fn track_ends_the_span_when_the_caller_hangs_up() {
     recorder::global();
     let url = serve().await;
     let trace = "11112222333344445555666677778888";
-    let sent = reqwest::Client::new()
+    let sent = http_client()
         .get(format!("{url}/slow"))
         .header(TRACEPARENT, traceparent(trace, "1111222233334444"))
         .timeout(Duration::from_millis(300))
@@ -167,4 +167,13 @@ async fn headers_for_carries_the_span_as_traceparent() {
         value.ends_with(&format!("{}-01", recorded[0].span_id)),
         "{value}"
     );
+}
+
+/// A client with a timeout (`.clippy.toml`): a server that never answers fails the test instead
+/// of hanging it. 30 s: far above any answer here.
+fn http_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(30))
+        .build()
+        .expect("a reqwest client")
 }

@@ -23,6 +23,22 @@ pub const WARMUP_EXECUTIONS: usize = 6;
 /// The SQL-level name of the statement this module prepares (deallocated afterwards).
 const STATEMENT: &str = "lab_inspect_candidate_lookup";
 
+/// Human-readable bytes (binary units, as `pg_size_pretty`).
+pub fn human_bytes(n: i64) -> String {
+    const UNITS: [&str; 4] = ["B", "kB", "MB", "GB"];
+    let mut v = n as f64;
+    let mut unit = 0;
+    while v >= 1024.0 && unit < UNITS.len() - 1 {
+        v /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[unit])
+    }
+}
+
 /// Open a tokio-postgres connection whose driver task ends when the client is dropped.
 pub async fn connect(url: &str) -> anyhow::Result<Client> {
     let (client, connection) = tokio_postgres::connect(url, NoTls).await.with_context(|| {

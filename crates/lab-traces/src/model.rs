@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 /// How much later than its parent a span may end and still have ended "with" it. Inside one
 /// process a child's future is dropped inside its parent's, so it ends first. Across a hop (a
 /// server span under the caller's client span) the hang-up has to reach the next process: well
-/// under 100 ms on loopback (crates/lab-e2e/tests/traces.rs measures the same bound), while the
+/// under 100 ms on loopback (tests/lab-e2e/tests/traces.rs measures the same bound), while the
 /// legacy orphans outlive their parents by seconds.
 pub const ORPHAN_SLACK_NANOS: u64 = 100_000_000;
 

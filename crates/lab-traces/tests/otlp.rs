@@ -2,7 +2,7 @@
 //! the spans of a real request through the whole lab to the receiver, and the waterfall drawn
 //! from what arrived shows the postmortem's cover in legacy mode and not in resilient mode.
 //!
-//! The scenario is crates/lab-e2e/tests/traces.rs's: entity-service (a stub) answers 503 after
+//! The scenario is tests/lab-e2e/tests/traces.rs's: entity-service (a stub) answers 503 after
 //! 1 s, the end user hangs up after 600 ms. Legacy: the detached retry loop keeps going for
 //! seconds, `entity.Resolve` and its attempts end long after `edge-gateway.HandleExtract`.
 //! Resilient: everything ends with the request.
@@ -56,7 +56,7 @@ fn receiver() -> String {
 async fn hang_up(lab: &Lab, key: &str) -> String {
     let trace_id = format!("{:032x}", rand::random::<u128>() | 1);
     let parent = format!("{:016x}", rand::random::<u64>() | 1);
-    let r = reqwest::Client::new()
+    let r = http_client()
         .post(format!("{}/v1/extract", lab.gateway.url))
         .bearer_auth(key)
         .header("traceparent", format!("00-{trace_id}-{parent}-01"))
@@ -199,4 +199,13 @@ async fn a_resilient_hang_up_arrives_over_otlp_and_nothing_in_it_outlives_its_ca
     let text = waterfall::text(&trace_id, &spans, 110);
     eprintln!("{text}");
     assert!(text.contains("no span outlived its parent"), "{text}");
+}
+
+/// A client with a timeout (`.clippy.toml`): a server that never answers fails the test instead
+/// of hanging it. 30 s: far above any answer here.
+fn http_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(30))
+        .build()
+        .expect("a reqwest client")
 }

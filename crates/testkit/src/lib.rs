@@ -7,6 +7,7 @@
 //! - [`fixtures`]: tenants with API keys, entities.
 //! - [`redis_url`]: the same rule for Redis; [`kafka_bootstrap`] for Kafka (`KAFKA_BOOTSTRAP`,
 //!   e.g. the tansu broker scripts/deps.sh starts).
+//! - [`http`]: an HTTP client for tests, with a timeout (`.clippy.toml` bans one without).
 
 pub mod broker;
 pub mod fixtures;
@@ -18,6 +19,17 @@ use rand::Rng;
 const LOCAL_POSTGRES: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 const LOCAL_REDIS: &str = "redis://127.0.0.1:6379";
 const LOCAL_KAFKA: &str = "127.0.0.1:9092";
+
+/// A test's HTTP client: a new one (its own connections) per call, with a timeout, so a test
+/// against a server that never answers fails instead of hanging the run. 30 s: far above any
+/// answer the lab's servers give within their own budgets (3 s at the gateway), so it never
+/// decides a test's outcome.
+pub fn http() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(30))
+        .build()
+        .expect("a reqwest client with a timeout")
+}
 
 /// Is a Docker engine reachable? Only then do tests start containers.
 pub fn docker_engine_available() -> bool {

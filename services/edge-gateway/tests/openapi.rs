@@ -210,7 +210,7 @@ struct Answer {
 }
 
 async fn post(gateway: &str, key: Option<&str>, content_type: &str, body: String) -> Answer {
-    let mut rb = reqwest::Client::new()
+    let mut rb = testkit::http()
         .post(format!("{gateway}/v1/extract"))
         .timeout(Duration::from_secs(20))
         .header("content-type", content_type)

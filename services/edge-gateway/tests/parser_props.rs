@@ -61,7 +61,7 @@ impl Harness {
             rt,
             lab: Some(lab),
             key: key.api_key,
-            client: reqwest::Client::new(),
+            client: testkit::http(),
         }
     }
 

@@ -47,7 +47,7 @@ async fn seed(db: &TestDb) {
 }
 
 async fn resolve(base: &str, req: &ResolveRequest) -> reqwest::Response {
-    reqwest::Client::new()
+    testkit::http()
         .post(format!("{base}/v1/resolve"))
         .json(req)
         .send()
@@ -109,7 +109,7 @@ async fn resolve_matches_exact_then_candidate_and_isolates_tenants() {
 async fn resolve_rejects_bad_input_with_json_errors() {
     let db = TestDb::new().await;
     let (base, admin) = spawn(&db).await;
-    let client = reqwest::Client::new();
+    let client = testkit::http();
 
     let bad_kind = ResolveRequest {
         doc_id: "d".into(),
@@ -187,7 +187,7 @@ async fn a_budgeted_request_stops_its_query_in_postgres_and_an_unbudgeted_one_do
     };
 
     // The fixed client's request: 300 ms of budget. statement_timeout ends the query there.
-    let resp = reqwest::Client::new()
+    let resp = testkit::http()
         .post(format!("{base}/v1/resolve"))
         .header("x-request-budget-ms", "300")
         // Without statement_timeout this would wait for the lock: fail, don't hang.
@@ -211,7 +211,7 @@ async fn a_budgeted_request_stops_its_query_in_postgres_and_an_unbudgeted_one_do
 
     // The legacy client's request: no budget; its caller gives up after 300 ms, but dropping
     // the query future does not stop PostgreSQL — the lookup is still there, waiting.
-    let gave_up = reqwest::Client::new()
+    let gave_up = testkit::http()
         .post(format!("{base}/v1/resolve"))
         .timeout(std::time::Duration::from_millis(300))
         .json(&req)
@@ -268,7 +268,7 @@ async fn an_already_spent_budget_is_refused_before_any_work() {
     let db = TestDb::new().await;
     seed(&db).await;
     let (base, admin) = spawn(&db).await;
-    let resp = reqwest::Client::new()
+    let resp = testkit::http()
         .post(format!("{base}/v1/resolve"))
         .header("x-request-budget-ms", "0")
         .json(&ResolveRequest {
@@ -316,7 +316,7 @@ async fn a_budget_below_the_recent_cost_of_the_work_is_refused_before_any_query(
         locale: None,
         spans: vec![span("vega labs", "organization")],
     };
-    let client = reqwest::Client::new();
+    let client = testkit::http();
     // Make the work really slow once: hold the table for ~300 ms while an unbudgeted request
     // runs. Its handler time becomes the replica's cost estimate (the first observation).
     let mut locker = sqlx::PgConnection::connect(&db.url).await.unwrap();

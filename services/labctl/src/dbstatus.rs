@@ -2,23 +2,7 @@
 //! hot statement's plan as pooled connections run it, how stale the statistics of `entities`
 //! are, and how big it has grown (../shared/design/stale-stats-trigger.md).
 
-use lab_db::inspect::{self, DbStatus, HotParams};
-
-/// Human-readable bytes (binary units, as `pg_size_pretty`).
-pub fn bytes(n: i64) -> String {
-    const UNITS: [&str; 4] = ["B", "kB", "MB", "GB"];
-    let mut v = n as f64;
-    let mut unit = 0;
-    while v >= 1024.0 && unit < UNITS.len() - 1 {
-        v /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.1} {}", UNITS[unit])
-    }
-}
+use lab_db::inspect::{self, human_bytes as bytes, DbStatus, HotParams};
 
 fn ago(seconds: Option<f64>) -> String {
     match seconds {

@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use crate::load::ensure_loopback;
-use crate::seed::{ApiKeyRecord, CorpusDoc};
+use lab_load::ensure_loopback;
+use lab_seed::{ApiKeyRecord, CorpusDoc};
 
 pub async fn run(
     gateway: &str,

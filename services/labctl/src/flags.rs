@@ -11,7 +11,7 @@ use anyhow::{bail, Context};
 use lab_flags::{Definitions, Store};
 use serde::Serialize;
 
-use crate::supervise;
+use lab_native::supervise;
 
 #[derive(Debug, clap::Subcommand)]
 pub enum FlagsCommand {

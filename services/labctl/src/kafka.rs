@@ -28,7 +28,7 @@ pub enum KafkaCommand {
 /// The consumer group the running native lab's workers use, from `labctl up`'s plan.
 fn running_group(state_dir: &Path) -> Option<String> {
     let text = std::fs::read_to_string(state_dir.join("run").join("plan.json")).ok()?;
-    let plan: crate::supervise::Plan = serde_json::from_str(&text).ok()?;
+    let plan: lab_native::supervise::Plan = serde_json::from_str(&text).ok()?;
     plan.procs
         .iter()
         .find(|p| p.binary == "enrichment")

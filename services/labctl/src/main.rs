@@ -17,37 +17,29 @@
 //! labctl limits memory <service> 700M  a memory limit the kernel enforces (OOMKilled)
 //! ```
 
-mod backfill;
-mod cgroup;
 mod dbstatus;
 mod extract;
 mod flags;
 mod gameday;
 mod kafka;
-mod lab;
-mod load;
-mod ops;
-mod policy;
 mod progress;
-mod remediate;
 /// Tests that load PostgreSQL hard and measure what it does (the real trigger's plans and
 /// latencies, the replay's fidelity) take turns: run side by side they would measure each other.
 #[cfg(test)]
 static HEAVY_TEST: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 #[cfg(test)]
 mod replay_test;
-mod seed;
-mod supervise;
 mod tenants;
 mod trace;
-#[cfg(test)]
-mod trigger_test;
 mod watch;
 
 use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use gameday::action::{LimitsCommand, RolloutCommand};
+use lab_native::{supervise, Lab, Log, NativeLab, Service};
+use lab_trigger::{backfill, remediate};
 
 #[derive(Parser)]
 #[command(
@@ -92,7 +84,7 @@ enum Command {
     /// Load the deterministic data set: tenants, API keys, entities, and a document corpus.
     Seed(SeedCli),
     /// Start the native lab in the background and wait until every replica is ready.
-    Up(lab::UpArgs),
+    Up(lab_native::UpArgs),
     /// Stop the native lab gracefully.
     Down,
     /// Show every replica: pid, readiness, restarts.
@@ -123,7 +115,7 @@ enum Command {
         #[command(subcommand)]
         command: Option<LoadCommand>,
         #[command(flatten)]
-        args: load::LoadArgs,
+        args: lab_load::LoadArgs,
     },
     /// Run a game-day scenario (load/scenarios/*.yaml) against the running lab and report.
     Gameday(gameday::GamedayArgs),
@@ -165,18 +157,18 @@ enum Command {
     /// caches start cold).
     Rollout {
         #[command(subcommand)]
-        command: ops::RolloutCommand,
+        command: gameday::action::RolloutCommand,
     },
     /// Scale a service to N replicas (new ones cold, with their own connection slots).
     Scale {
-        service: String,
+        service: Service,
         #[arg(long)]
         replicas: usize,
     },
     /// Resource limits of a service's replicas, enforced by the kernel (cgroups).
     Limits {
         #[command(subcommand)]
-        command: ops::LimitsCommand,
+        command: gameday::action::LimitsCommand,
     },
     /// (internal) The supervisor process `labctl up` starts.
     #[command(hide = true)]
@@ -193,7 +185,7 @@ enum LoadCommand {
     /// Change the tenant mix (size or uniform) of the `labctl load` running on this machine.
     SetMix {
         #[arg(value_enum)]
-        mix: load::TenantMix,
+        mix: lab_load::TenantMix,
     },
 }
 
@@ -276,6 +268,7 @@ impl Cli {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    let lab = || NativeLab::new(&cli.state_dir, Log::stdout());
     let globals = cli.globals();
     match cli.command {
         Command::Db {
@@ -298,13 +291,28 @@ async fn main() -> anyhow::Result<()> {
             dbstatus::run(&cli.database_url, params, s.json).await?;
         }
         Command::Backfill(b) => {
-            backfill::run(&cli.database_url, b.only, b.reset, b.batch_ids, b.json).await?
+            let job = if b.reset {
+                backfill::Job::Reset
+            } else {
+                backfill::Job::Backfill(b.only)
+            };
+            let r = backfill::run(&cli.database_url, job, b.batch_ids, !b.json).await?;
+            if b.json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                print!("{r}");
+            }
         }
         Command::Remediate { remedy, json } => {
-            remediate::run(&cli.database_url, remedy, json).await?
+            let r = remediate::run(&cli.database_url, remedy).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                print!("{r}");
+            }
         }
         Command::Seed(s) => {
-            let args = seed::SeedArgs {
+            let args = lab_seed::SeedArgs {
                 entities: s
                     .entities
                     .unwrap_or(if s.small { 100_000 } else { 1_000_000 }),
@@ -322,15 +330,15 @@ async fn main() -> anyhow::Result<()> {
                 );
                 return Ok(());
             }
-            let report = seed::run(&cli.database_url, &args).await?;
+            let report = lab_seed::run(&cli.database_url, &args).await?;
             println!("{}", serde_json::to_string_pretty(&report)?);
         }
-        Command::Up(args) => lab::up(&args, &cli.database_url, &cli.state_dir).await?,
-        Command::Down => lab::down(&cli.state_dir).await?,
-        Command::Status { json } => lab::status(&cli.state_dir, json).await?,
+        Command::Up(args) => lab_native::up(&args, &cli.database_url, &cli.state_dir).await?,
+        Command::Down => lab_native::down(&cli.state_dir).await?,
+        Command::Status { json } => lab_native::status(&cli.state_dir, json).await?,
         Command::Extract { gateway, count } => {
-            let keys = seed::read_api_keys(&cli.data_dir)?;
-            let corpus = seed::read_corpus(&cli.data_dir)?;
+            let keys = lab_seed::read_api_keys(&cli.data_dir)?;
+            let corpus = lab_seed::read_corpus(&cli.data_dir)?;
             let ok = extract::run(&gateway, count, &keys, &corpus).await?;
             anyhow::ensure!(ok > 0, "no extraction succeeded");
         }
@@ -338,7 +346,7 @@ async fn main() -> anyhow::Result<()> {
             command: Some(LoadCommand::SetRate { rate }),
             ..
         } => {
-            load::set_rate(&cli.state_dir, rate)?;
+            lab_load::set_rate(&cli.state_dir, rate)?;
             println!(
                 "rate set to {rate} requests/s (a running `labctl load` applies it within 1 s)"
             );
@@ -347,21 +355,21 @@ async fn main() -> anyhow::Result<()> {
             command: Some(LoadCommand::SetMix { mix }),
             ..
         } => {
-            load::set_mix(&cli.state_dir, mix)?;
+            lab_load::set_mix(&cli.state_dir, mix)?;
             println!("tenant mix set to {mix:?} (a running `labctl load` applies it within 1 s)");
         }
         Command::Load {
             command: None,
             args,
         } => {
-            let keys = seed::read_api_keys(&cli.data_dir)?;
-            let source = load::DocSource::open(args.docs, &cli.data_dir, args.tenants)?;
-            let control = load::RateControl::new(args.rate)?;
-            let follower = load::follow_rate_file(&cli.state_dir, control.clone());
-            let report = load::run_with(&args, control, keys, source).await;
+            let keys = lab_seed::read_api_keys(&cli.data_dir)?;
+            let source = lab_load::DocSource::open(args.docs, &cli.data_dir, args.tenants)?;
+            let control = lab_load::RateControl::new(args.rate)?;
+            let follower = lab_load::follow_rate_file(&cli.state_dir, control.clone());
+            let report = lab_load::run_with(&args, control, keys, source).await;
             follower.abort();
             let report = report?;
-            load::print(&report);
+            lab_load::print(&report);
             if let Some(path) = &args.out {
                 std::fs::write(path, serde_json::to_vec_pretty(&report)?)
                     .with_context(|| format!("writing {}", path.display()))?;
@@ -369,20 +377,20 @@ async fn main() -> anyhow::Result<()> {
             }
         }
         Command::Gameday(args) => {
-            let keys = seed::read_api_keys(&cli.data_dir)?;
+            let keys = lab_seed::read_api_keys(&cli.data_dir)?;
             gameday::run(&args, &globals, &cli.state_dir, keys).await?;
         }
         Command::Replay(args) => {
-            let keys = seed::read_api_keys(&cli.data_dir)?;
+            let keys = lab_seed::read_api_keys(&cli.data_dir)?;
             gameday::replay::run(&args, &globals, keys).await?;
         }
         Command::Ablate(args) if args.list => gameday::ablate::list(),
         Command::Ablate(args) => {
-            let keys = seed::read_api_keys(&cli.data_dir)?;
+            let keys = lab_seed::read_api_keys(&cli.data_dir)?;
             gameday::ablate::run(&args, &globals, keys).await?;
         }
         Command::Map(args) => {
-            let keys = seed::read_api_keys(&cli.data_dir)?;
+            let keys = lab_seed::read_api_keys(&cli.data_dir)?;
             gameday::map::run(&args, &globals, keys).await?;
         }
         Command::Tenants { command } => tenants::run(command, &cli.database_url).await?,
@@ -394,11 +402,13 @@ async fn main() -> anyhow::Result<()> {
         Command::Report { dir } => {
             println!("{}", gameday::html::render(&dir)?.display());
         }
-        Command::Rollout { command } => ops::rollout(&cli.state_dir, &command).await?,
-        Command::Scale { service, replicas } => {
-            ops::scale(&cli.state_dir, &service, replicas).await?
-        }
-        Command::Limits { command } => ops::limits(&cli.state_dir, &command).await?,
+        Command::Rollout {
+            command: RolloutCommand::Restart { service },
+        } => lab().rollout_restart(service).await?,
+        Command::Scale { service, replicas } => lab().scale(service, replicas).await?,
+        Command::Limits {
+            command: LimitsCommand::Memory { service, limit },
+        } => lab().limit_memory(service, limit.0).await?,
     }
     Ok(())
 }

@@ -13,9 +13,8 @@ use std::time::Duration;
 use lab_e2e::{Lab, LabOptions};
 use testkit::TestDb;
 
-use crate::backfill;
-use crate::load::{self, DocSource, Docs, LoadArgs, LoadReport, RateControl, TenantMix};
-use crate::seed;
+use lab_load::{DocSource, Docs, LoadArgs, LoadReport, RateControl, TenantMix};
+use lab_trigger::backfill;
 
 /// The `--small` data set: the design note measured 11.5× (skewed traffic) on it.
 const ENTITIES: u64 = 100_000;
@@ -105,9 +104,9 @@ impl Measured {
 async fn open_loop(lab: &Lab, data: &std::path::Path, rate: f64, seed: u64) -> Measured {
     let (busy0, ab0) = work(lab).await;
     let args = LoadArgs::stream(&lab.gateway.url, rate, RUN_SECONDS, TenantMix::Size, seed);
-    let keys = seed::read_api_keys(data).unwrap();
+    let keys = lab_seed::read_api_keys(data).unwrap();
     let source = DocSource::open(Docs::Stream, data, TenantMix::Size).unwrap();
-    let report = load::run_with(&args, RateControl::new(rate).unwrap(), keys, source)
+    let report = lab_load::run_with(&args, RateControl::new(rate).unwrap(), keys, source)
         .await
         .unwrap();
     drained(lab).await;
@@ -123,9 +122,9 @@ async fn the_real_trigger_storms_the_legacy_lab_and_the_fixed_one_absorbs_it() {
     let _heavy = crate::HEAVY_TEST.lock().await;
     let db = TestDb::new().await;
     let data = std::env::temp_dir().join(format!("lab_replay_{:016x}", rand::random::<u64>()));
-    seed::run(
+    lab_seed::run(
         &db.url,
-        &seed::SeedArgs {
+        &lab_seed::SeedArgs {
             entities: ENTITIES,
             tenants: TENANTS,
             documents: 50,
@@ -155,12 +154,12 @@ async fn the_real_trigger_storms_the_legacy_lab_and_the_fixed_one_absorbs_it() {
     // measured 166 rps that way, and at 1.5x that the legacy client served 252/s with 0% failed
     // (no overload at all) while the fixed one shed 17% (issue 27's "harm", not this test's).
     lab.set_flag("client.mode", "legacy").await;
-    let keys = seed::read_api_keys(&data).unwrap();
+    let keys = lab_seed::read_api_keys(&data).unwrap();
     let probe = |seconds: u64, seed: u64| {
         let args = LoadArgs::stream(&lab.gateway.url, 1.0, seconds, TenantMix::Size, seed);
         let source = DocSource::open(Docs::Stream, &data, TenantMix::Size).unwrap();
         let keys = keys.clone();
-        async move { load::run_closed(&args, 8, keys, source).await }
+        async move { lab_load::run_closed(&args, 8, keys, source).await }
     };
     probe(4, 10).await.unwrap();
     // The best of three probes: other tests share the 2 cores, and a probe slowed by them

@@ -46,7 +46,7 @@ pub enum TraceCommand {
 
 /// The API of the running native lab's receiver.
 pub fn native_api(state_dir: &Path) -> anyhow::Result<String> {
-    let state = crate::supervise::read_state(state_dir)?
+    let state = lab_native::supervise::read_state(state_dir)?
         .context("no lab is up: start one with `labctl up` (or pass --api)")?;
     state.traces_api.context(
         "this lab runs no trace receiver (started with --trace-sample 0, or exporting to \

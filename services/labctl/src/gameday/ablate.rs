@@ -21,7 +21,7 @@ use super::cell::{self, CellArgs, CellResult, CellSpec};
 use super::html::{esc, head};
 use super::replay::Calibration;
 use super::{Globals, Mode};
-use crate::seed::ApiKeyRecord;
+use lab_seed::ApiKeyRecord;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct AblateArgs {
@@ -358,7 +358,7 @@ pub async fn run(args: &AblateArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> any
     );
     let mut policy_cells = Vec::new();
     for path in &args.policies {
-        let p = crate::policy::load(path)?;
+        let p = lab_native::policy::load(path)?;
         println!("policy {}: {}", p.name, p.summary);
         policy_cells.push(Cell {
             policy: Some(p.path.clone()),

@@ -16,14 +16,15 @@ use std::time::Instant;
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
+use super::action::Action;
 use super::charts::{Filter, RunSeries, Q};
 use super::engine::{self, TargetSource};
 use super::replay::{self, Calibration, Modes, ReplayArgs};
 use super::scenario::{Phase, Scenario};
 use super::{Globals, Mode};
-use crate::lab::{self, UpArgs};
-use crate::load::{SecondSample, TenantMix};
-use crate::seed::ApiKeyRecord;
+use lab_load::{SecondSample, TenantMix};
+use lab_native::{Service, UpArgs};
+use lab_seed::ApiKeyRecord;
 
 /// Options every experiment shares (`labctl ablate`, `labctl map`).
 #[derive(Debug, Clone, clap::Args)]
@@ -169,7 +170,7 @@ pub async fn calibration(
         // A limit given now wins over the one the calibration chose.
         match args.memory_limit.as_deref() {
             Some("none") => cal.memory_limit_bytes = None,
-            Some(s) => cal.memory_limit_bytes = Some(crate::cgroup::parse_size(s)?),
+            Some(s) => cal.memory_limit_bytes = Some(lab_native::cgroup::parse_size(s)?),
             None => {}
         }
         std::fs::write(&saved, serde_json::to_vec_pretty(&cal)?)?;
@@ -263,7 +264,7 @@ pub fn setup_fingerprint(
 
 /// The binaries a cell runs, by content (SHA-256 of each file, in a fixed order): a resumed
 /// matrix must not reuse a cell measured with other client code (issue 24). `bin_dir`: where
-/// `labctl up` takes them from (default: beside this labctl, as `lab::plan` does).
+/// `labctl up` takes them from (default: beside this labctl, as `lab_native::plan` does).
 pub fn binaries_digest(bin_dir: Option<&Path>) -> anyhow::Result<String> {
     use sha2::Digest;
     let exe = std::env::current_exe()?;
@@ -295,12 +296,12 @@ pub fn binaries_digest(bin_dir: Option<&Path>) -> anyhow::Result<String> {
 impl CellSpec {
     /// The cell's timeline as a scenario for the engine.
     pub fn scenario(&self) -> Scenario {
-        let phase = |name: &str, seconds: u64, run: &[&str]| Phase {
+        let phase = |name: &str, seconds: u64, run: &[Action]| Phase {
             name: name.into(),
             seconds: seconds.max(1),
             rate: None,
             flags: BTreeMap::new(),
-            run: run.iter().map(|s| s.to_string()).collect(),
+            run: run.to_vec(),
             window: Default::default(),
             postmortem: None,
             verdict: BTreeMap::new(),
@@ -308,24 +309,16 @@ impl CellSpec {
         let mut phases = vec![phase("steady", self.steady_seconds, &[])];
         match self.rollback_after {
             Some(r) if r < self.stale_seconds => {
-                phases.push(phase("stale", r, &["backfill --only invalidate"]));
+                phases.push(phase("stale", r, &[Action::INVALIDATE]));
                 phases.push(phase(
                     "rollback",
                     self.stale_seconds - r,
-                    &["rollout restart orchestrator"],
+                    &[Action::RolloutRestart(Service::Orchestrator)],
                 ));
             }
-            _ => phases.push(phase(
-                "stale",
-                self.stale_seconds,
-                &["backfill --only invalidate"],
-            )),
+            _ => phases.push(phase("stale", self.stale_seconds, &[Action::INVALIDATE])),
         }
-        phases.push(phase(
-            "analyzed",
-            self.recovery_seconds,
-            &["remediate analyze"],
-        ));
+        phases.push(phase("analyzed", self.recovery_seconds, &[Action::ANALYZE]));
         Scenario {
             name: format!("cell {}", self.id),
             summary: self.label.clone(),
@@ -582,7 +575,7 @@ async fn run_one(
     // The same starting point for every cell: statistics freshly analyzed (a cell cut short
     // may have left the plan stale), then a fresh lab, its memory limit, the cell's flags, and
     // the same closed-loop warm-up.
-    replay::labctl(g, "remediate analyze", &log).await?;
+    super::act(g, Action::ANALYZE, &log).await?;
     // The cell's flags before the lab boots: it boots with what the store holds, and the store
     // still holds the previous cell's (issue 24).
     let store = lab_flags::Store::new(&g.redis_url)?;
@@ -593,7 +586,7 @@ async fn run_one(
     }
     replay::fresh_lab(&ra, g).await?;
     if let Some(b) = cal.memory_limit_bytes {
-        replay::labctl(g, &format!("limits memory orchestrator {b}"), &log).await?;
+        super::act(g, Action::LimitMemory(Service::Orchestrator, Some(b)), &log).await?;
     }
     tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     replay::closed_loop(
@@ -619,7 +612,7 @@ async fn run_one(
         time_scale: 1.0,
     };
     let outcome = engine::execute(&run, g, keys.to_vec()).await;
-    lab::down(&g.state_dir).await?;
+    lab_native::down(&g.state_dir).await?;
     let outcome = outcome?;
     let analyze_end = outcome
         .actions
@@ -1223,7 +1216,7 @@ mod tests {
                 ("analyzed", 45)
             ]
         );
-        assert_eq!(sc.phases[3].run, ["remediate analyze"]);
+        assert_eq!(sc.phases[3].run, [Action::ANALYZE]);
         let plain = CellSpec {
             rollback_after: None,
             ..spec

@@ -10,7 +10,7 @@ use anyhow::Context;
 use plotters::prelude::*;
 
 use super::scrape::{histogram_quantile, label, Scrape, Target, Tick};
-use crate::load::SecondSample;
+use lab_load::SecondSample;
 
 /// Which series of a metric a line sums.
 #[derive(Debug, Clone, Copy)]

@@ -9,13 +9,15 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use serde::Serialize;
 
+use super::action::Action;
 use super::report::{self, Check, PhaseSummary};
 use super::scenario::Scenario;
 use super::scrape::{self, Scrape, Series, Target, Tick};
-use super::{spawn_labctl, wait_applied, Globals, Mode};
-use crate::load::{self, DocSource, Docs, LoadArgs, LoadReport, RateControl, TenantMix};
-use crate::seed::ApiKeyRecord;
-use crate::supervise;
+use super::{wait_applied, Globals, Mode};
+use lab_load::{DocSource, Docs, LoadArgs, LoadReport, RateControl, TenantMix};
+use lab_native::supervise;
+use lab_native::{Log, NativeLab};
+use lab_seed::ApiKeyRecord;
 
 /// Where the replicas to scrape come from.
 #[derive(Debug, Clone)]
@@ -59,7 +61,7 @@ pub struct PhaseReport {
 }
 
 /// When the last of `phase`'s commands ended (seconds since the start of the run; 0 if none).
-pub fn actions_end(actions: &[Action], phase: &str) -> f64 {
+pub fn actions_end(actions: &[ActionRun], phase: &str) -> f64 {
     actions
         .iter()
         .filter(|a| a.phase == phase)
@@ -67,9 +69,9 @@ pub fn actions_end(actions: &[Action], phase: &str) -> f64 {
         .fold(0.0, f64::max)
 }
 
-/// A labctl command a phase ran, and how it went.
+/// An action a phase ran, and how it went.
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]
-pub struct Action {
+pub struct ActionRun {
     pub phase: String,
     pub command: String,
     pub started_at: f64,
@@ -83,7 +85,7 @@ pub struct Outcome {
     pub targets: Vec<Target>,
     pub load: LoadReport,
     pub consistency: Vec<Check>,
-    pub actions: Vec<Action>,
+    pub actions: Vec<ActionRun>,
 }
 
 /// The targets of the native lab's state, plus the supervisor's pseudo-target.
@@ -174,41 +176,38 @@ pub async fn scrape_once(
         .collect())
 }
 
-/// Run `cmds` one after another, recording each.
+/// Run `actions` one after another, in process, recording each; what they did goes to `log`.
 fn run_actions(
     g: Globals,
     phase: String,
-    cmds: Vec<String>,
-    log: PathBuf,
+    actions: Vec<Action>,
+    log: Log,
     t0: Instant,
-) -> tokio::task::JoinHandle<Vec<Action>> {
+) -> tokio::task::JoinHandle<Vec<ActionRun>> {
     tokio::spawn(async move {
+        let lab = NativeLab::new(&g.state_dir, log.clone());
         let mut done = Vec::new();
-        for cmd in cmds {
+        for action in actions {
             let started_at = t0.elapsed().as_secs_f64();
-            println!("  t={started_at:5.1}s run: labctl {cmd}");
-            let ok = match spawn_labctl(&g, &cmd, &log) {
-                Ok(mut child) => match child.wait().await {
-                    Ok(st) => st.success(),
-                    Err(e) => {
-                        println!("  labctl {cmd}: {e}");
-                        false
-                    }
-                },
+            println!("  t={started_at:5.1}s run: {action}");
+            log.line(format!("t={started_at:.1}s {action}"));
+            let ok = match action.run(&lab, &g.database_url, &log).await {
+                Ok(()) => true,
                 Err(e) => {
-                    println!("  labctl {cmd}: {e:#}");
+                    println!("  {action}: {e:#}");
+                    log.line(format!("{action} FAILED: {e:#}"));
                     false
                 }
             };
             let seconds = t0.elapsed().as_secs_f64() - started_at;
             println!(
-                "  t={:5.1}s {}: labctl {cmd} ({seconds:.1} s)",
+                "  t={:5.1}s {}: {action} ({seconds:.1} s)",
                 t0.elapsed().as_secs_f64(),
                 if ok { "done" } else { "FAILED" }
             );
-            done.push(Action {
+            done.push(ActionRun {
                 phase: phase.clone(),
-                command: cmd,
+                command: action.to_string(),
                 started_at,
                 seconds,
                 ok,
@@ -264,7 +263,7 @@ pub async fn execute(
     let load_args = LoadArgs::stream(&run.gateway, control.get(), total, run.tenants, run.seed);
     let source = DocSource::open(Docs::Stream, &globals.data_dir, load_args.tenants)?;
     std::fs::create_dir_all(&run.out).with_context(|| format!("creating {}", run.out.display()))?;
-    let actions_log = run.out.join("actions.log");
+    let actions_log = Log::file(&run.out.join("actions.log"))?;
 
     // The baseline: every counter as it stood before the first request of this run, so the
     // run's totals (and its consistency checks) start from zero exactly.
@@ -272,7 +271,7 @@ pub async fn execute(
     let started = Instant::now();
     let load_task = {
         let (a, c) = (load_args.clone(), control.clone());
-        tokio::spawn(async move { load::run_with(&a, c, keys, source).await })
+        tokio::spawn(async move { lab_load::run_with(&a, c, keys, source).await })
     };
     let mut ticks: Vec<Tick> = vec![Tick {
         t: 0.0,

@@ -10,7 +10,7 @@ use anyhow::Context;
 use serde_json::Value;
 
 use super::charts::{self, RunSeries, PANELS};
-use crate::load::SecondSample;
+use lab_load::SecondSample;
 
 pub(super) fn esc(s: &str) -> String {
     s.replace('&', "&amp;")

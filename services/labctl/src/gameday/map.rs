@@ -18,7 +18,7 @@ use super::cell::{self, CellArgs, CellResult, CellSpec};
 use super::html::{esc, head};
 use super::replay::{Calibration, Modes};
 use super::{Globals, Mode};
-use crate::seed::ApiKeyRecord;
+use lab_seed::ApiKeyRecord;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct MapArgs {

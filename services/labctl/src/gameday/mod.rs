@@ -7,6 +7,7 @@
 //! per-second series, the summary, the load report — is written as JSON and Markdown.
 
 pub mod ablate;
+pub mod action;
 pub mod cell;
 pub mod charts;
 pub mod engine;
@@ -27,9 +28,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use serde::Serialize;
 
-use crate::load::{self, TenantMix};
-use crate::seed::ApiKeyRecord;
-use crate::supervise;
+use lab_load::TenantMix;
+use lab_native::supervise;
+use lab_seed::ApiKeyRecord;
 use scrape::Target;
 pub use targets::parse_targets;
 
@@ -105,8 +106,8 @@ struct Report<'a> {
     expectations: Vec<ExpectationResult>,
     /// The run's own bookkeeping: sent = answered by status, 5xx = sum of origins.
     consistency: &'a [report::Check],
-    actions: &'a [engine::Action],
-    load: &'a load::LoadReport,
+    actions: &'a [engine::ActionRun],
+    load: &'a lab_load::LoadReport,
     restarts_during_run: u32,
 }
 
@@ -137,28 +138,16 @@ pub struct Globals {
     pub data_dir: PathBuf,
 }
 
-/// Start `labctl <cmd>` with the same globals; its output goes to the game day's log file.
-pub fn spawn_labctl(g: &Globals, cmd: &str, log: &Path) -> anyhow::Result<tokio::process::Child> {
-    let exe = std::env::current_exe().context("locating labctl itself")?;
-    let out = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)?;
-    tokio::process::Command::new(exe)
-        .arg("--database-url")
-        .arg(&g.database_url)
-        .arg("--redis-url")
-        .arg(&g.redis_url)
-        .arg("--state-dir")
-        .arg(&g.state_dir)
-        .arg("--data-dir")
-        .arg(&g.data_dir)
-        .args(cmd.split_whitespace())
-        .stdin(std::process::Stdio::null())
-        .stdout(out.try_clone()?)
-        .stderr(out)
-        .spawn()
-        .with_context(|| format!("starting labctl {cmd}"))
+/// Run `action` to completion, in process, against the lab in `g.state_dir` (what it did goes
+/// to `log`).
+pub async fn act(g: &Globals, action: action::Action, log: &Path) -> anyhow::Result<()> {
+    let out = lab_native::Log::file(log)?;
+    let lab = lab_native::NativeLab::new(&g.state_dir, out.clone());
+    out.line(format!("{action}"));
+    action
+        .run(&lab, &g.database_url, &out)
+        .await
+        .with_context(|| format!("{action} failed; see {}", log.display()))
 }
 
 pub async fn run(

@@ -23,12 +23,15 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 use serde::Serialize;
 
+use super::action::Action;
 use super::engine::{self, Outcome, TargetSource};
 use super::scenario::{self, Scenario};
-use super::{now_s, report, spawn_labctl, Globals, Mode};
-use crate::lab::{self, UpArgs};
-use crate::load::{self, DocSource, Docs, LoadArgs, TenantMix};
-use crate::seed::ApiKeyRecord;
+use super::{act, now_s, report, Globals, Mode};
+use lab_load::{DocSource, Docs, LoadArgs, TenantMix};
+use lab_native::Service;
+use lab_native::UpArgs;
+use lab_seed::ApiKeyRecord;
+use lab_trigger::backfill::{Job, Step};
 
 /// The postmortem's memory limit over its steady RSS: "Memory per pod had gone from 380 MB to
 /// 3.8 GB against a 4 Gi limit" — 4,096 MiB / 380 MB ≈ 10.8.
@@ -262,11 +265,11 @@ pub struct ModeReport {
     phases: Vec<engine::PhaseReport>,
     pub steps: Vec<StepVerdict>,
     pub consistency: Vec<report::Check>,
-    actions: Vec<engine::Action>,
+    actions: Vec<engine::ActionRun>,
     load_sent: u64,
     load_by_status: BTreeMap<String, u64>,
     /// The load generator's per-second samples (the charts' offered load and goodput).
-    load_per_second: Vec<load::SecondSample>,
+    load_per_second: Vec<lab_load::SecondSample>,
     /// Goodput while the plan is stale over what the stale database could serve of that load
     /// ([`fix_quality`]) — 1 is a perfect client.
     pub fix_quality: Option<f64>,
@@ -283,19 +286,8 @@ struct Summary<'a> {
 
 /// A fresh lab of `args.lab`'s shape (any lab still up is stopped first).
 pub(super) async fn fresh_lab(args: &ReplayArgs, g: &Globals) -> anyhow::Result<()> {
-    lab::down(&g.state_dir).await?;
-    lab::up(&args.lab, &g.database_url, &g.state_dir).await
-}
-
-/// Run `labctl <cmd>` to completion (its output in `log`).
-pub(super) async fn labctl(g: &Globals, cmd: &str, log: &Path) -> anyhow::Result<()> {
-    let st = spawn_labctl(g, cmd, log)?.wait().await?;
-    anyhow::ensure!(
-        st.success(),
-        "labctl {cmd} failed ({st}); see {}",
-        log.display()
-    );
-    Ok(())
+    lab_native::down(&g.state_dir).await?;
+    lab_native::up(&args.lab, &g.database_url, &g.state_dir).await
 }
 
 /// What a closed-loop probe measured over its last seconds: goodput per second, its mean and
@@ -311,7 +303,7 @@ pub(super) struct Probe {
 
 impl Probe {
     /// The probe of `per_second`'s seconds in `[from, to)` (a second with no sample: 0 good).
-    fn of(per_second: &[load::SecondSample], from: u64, to: u64) -> Probe {
+    fn of(per_second: &[lab_load::SecondSample], from: u64, to: u64) -> Probe {
         let good: Vec<u64> = (from..to.max(from + 1))
             .map(|sec| {
                 per_second
@@ -337,7 +329,7 @@ pub(super) async fn closed_loop(
     seconds: u64,
     tail: u64,
     seed: u64,
-) -> anyhow::Result<(Probe, load::LoadReport)> {
+) -> anyhow::Result<(Probe, lab_load::LoadReport)> {
     let la = LoadArgs::stream(
         &format!("http://127.0.0.1:{}", args.lab.gateway_port),
         1.0,
@@ -350,7 +342,7 @@ pub(super) async fn closed_loop(
         seconds,
         &format!("closed loop, {} clients", args.probe_concurrency),
     );
-    let r = load::run_closed(&la, args.probe_concurrency, keys.to_vec(), source).await;
+    let r = lab_load::run_closed(&la, args.probe_concurrency, keys.to_vec(), source).await;
     bar.finish_and_clear();
     let r = r?;
     let probe = Probe::of(&r.per_second, seconds.saturating_sub(tail), seconds);
@@ -359,7 +351,7 @@ pub(super) async fn closed_loop(
 
 /// The largest orchestrator RSS of the running lab, MB.
 async fn orchestrator_rss_mb(g: &Globals) -> Option<f64> {
-    let state = crate::supervise::read_state(&g.state_dir).ok()??;
+    let state = lab_native::supervise::read_state(&g.state_dir).ok()??;
     let http = super::scrape::client();
     let mut max: Option<f64> = None;
     for p in state.procs.iter().filter(|p| p.binary == "orchestrator") {
@@ -427,10 +419,15 @@ pub(super) async fn calibrate(
         .is_some_and(|f| f < 0.9);
     if !populated {
         println!("  the backfill (03:00): populating locale, autovacuum off");
-        labctl(g, "backfill --only populate", &log).await?;
+        act(
+            g,
+            Action::Backfill(Job::Backfill(Some(Step::Populate))),
+            &log,
+        )
+        .await?;
     }
     println!("  the plan flip (09:41): backfill --only invalidate");
-    labctl(g, "backfill --only invalidate", &log).await?;
+    act(g, Action::INVALIDATE, &log).await?;
     let (stale_probe, _) = closed_loop(
         args,
         g,
@@ -442,8 +439,8 @@ pub(super) async fn calibrate(
     .await?;
     let stale = stale_probe.mean;
     println!("  stale capacity: {stale:.0} rps");
-    labctl(g, "remediate analyze", &log).await?;
-    lab::down(&g.state_dir).await?;
+    act(g, Action::ANALYZE, &log).await?;
+    lab_native::down(&g.state_dir).await?;
     anyhow::ensure!(
         healthy > 0.0 && stale > 0.0,
         "the calibration measured no goodput (healthy {healthy:.1}, stale {stale:.1} rps): is the \
@@ -469,7 +466,7 @@ pub(super) async fn calibrate(
     }
     let memory_limit_bytes = match args.memory_limit.as_deref() {
         Some("none") => None,
-        Some(s) => Some(crate::cgroup::parse_size(s)?),
+        Some(s) => Some(lab_native::cgroup::parse_size(s)?),
         None => steady_rss_mb.map(|mb| (mb * 1e6 * POSTMORTEM_LIMIT_RATIO) as u64),
     };
     Ok(Calibration {
@@ -785,12 +782,12 @@ fn fix_quality(sc: &Scenario, phases: &[engine::PhaseReport], stale_capacity: f6
     if !(stale_capacity.is_finite() && stale_capacity > 0.0) {
         return None;
     }
-    let has = |p: &scenario::Phase, cmd: &str| p.run.iter().any(|r| r.starts_with(cmd));
+    let has = |p: &scenario::Phase, f: fn(&Action) -> bool| p.run.iter().any(f);
     let from = sc
         .phases
         .iter()
-        .position(|p| has(p, "backfill --only invalidate"))?;
-    let to = sc.phases.iter().position(|p| has(p, "remediate analyze"))?;
+        .position(|p| has(p, Action::invalidates_plans))?;
+    let to = sc.phases.iter().position(|p| has(p, Action::cures_plans))?;
     let (mut good, mut possible) = (0.0, 0.0);
     for p in phases.get(from..to)? {
         let secs = p.seconds as f64;
@@ -860,7 +857,7 @@ pub async fn run(args: &ReplayArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> any
             // Recorded (its steps are "not measured"), and the others still run: a repetition
             // that failed is a result of the repeat, not a reason to lose the rest.
             eprintln!("repetition {i} failed: {e:#}");
-            let _ = lab::down(&g.state_dir).await;
+            let _ = lab_native::down(&g.state_dir).await;
         }
         reps.push(r.map_err(|e| format!("{e:#}")));
     }
@@ -906,7 +903,7 @@ async fn replay_once(
             steady_rss_mb: None,
             memory_limit_bytes: match args.memory_limit.as_deref() {
                 None | Some("none") => None,
-                Some(s) => Some(crate::cgroup::parse_size(s)?),
+                Some(s) => Some(lab_native::cgroup::parse_size(s)?),
             },
             backfill_ran: false,
             seconds: 0.0,
@@ -947,9 +944,9 @@ async fn replay_once(
         // The limit before the warm-up: memory a process holds when it enters its cgroup stays
         // charged elsewhere (see cgroup.rs), and the cache is most of it.
         if let Some(b) = cal.memory_limit_bytes {
-            labctl(
+            act(
                 g,
-                &format!("limits memory orchestrator {b}"),
+                Action::LimitMemory(Service::Orchestrator, Some(b)),
                 &dir.join("actions.log"),
             )
             .await?;
@@ -981,7 +978,7 @@ async fn replay_once(
             time_scale: args.time_scale,
         };
         let outcome: Outcome = engine::execute(&run, g, keys.to_vec()).await?;
-        lab::down(&g.state_dir).await?;
+        lab_native::down(&g.state_dir).await?;
         let steps = verdicts(sc, mode, &outcome.phases);
         let fix_quality = fix_quality(sc, &outcome.phases, cal.stale_capacity_rps);
         // A mode whose counts do not add up fails the replay, but only after BOTH modes ran and

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use super::scrape::Series;
-use crate::load::SecondSample;
+use lab_load::SecondSample;
 
 /// Rows in display order: key (used by scenario expectations), label, unit.
 pub const ROWS: &[(&str, &str, &str)] = &[
@@ -639,7 +639,7 @@ pub struct Check {
 /// The run checks itself: what the load generator sent was answered (by status) and seen by
 /// the gateway, and every 5xx it received is named by exactly one origin at the gateway. A report
 /// whose counts do not add up says so, loudly, rather than publishing numbers nobody can trust.
-pub fn consistency(s: &Series, load: &crate::load::LoadReport) -> Vec<Check> {
+pub fn consistency(s: &Series, load: &lab_load::LoadReport) -> Vec<Check> {
     let answered: u64 = load
         .by_status
         .iter()

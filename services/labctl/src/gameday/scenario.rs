@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
 
+use super::action::Action;
+
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Scenario {
@@ -29,9 +31,9 @@ pub struct Scenario {
     /// the report says so.
     #[serde(default)]
     pub peak: Option<String>,
-    /// labctl commands run after the last phase (e.g. `backfill --reset`), in order, waited for.
+    /// Actions run after the last phase (e.g. `backfill --reset`), in order, waited for.
     #[serde(default)]
-    pub cleanup: Vec<String>,
+    pub cleanup: Vec<Action>,
     /// Expected ranges, by mode (`legacy`, `resilient`).
     #[serde(default)]
     pub expect: BTreeMap<String, BTreeMap<String, Expectation>>,
@@ -58,11 +60,11 @@ pub struct Phase {
     /// Flags set when the phase starts: flag name → variant name.
     #[serde(default)]
     pub flags: BTreeMap<String, String>,
-    /// labctl commands started when the phase starts (e.g. `backfill --only populate`), in the
+    /// Actions started when the phase starts (e.g. `backfill --only populate`), in the
     /// background, in order: the load does not wait for them, as production did not wait for the
-    /// 03:00 backfill.
+    /// 03:00 backfill. Written as labctl's words; checked, whole, when the scenario loads.
     #[serde(default)]
-    pub run: Vec<String>,
+    pub run: Vec<Action>,
     /// Where the phase's verdict window starts. `phase` (default): at the phase's start — for an
     /// action whose progress is the phenomenon (a rollback's restarts). `after-run`: once every
     /// `run` command of the phase has finished — for an action whose RESULT is judged (ANALYZE:
@@ -197,10 +199,6 @@ impl VerdictCheck {
     }
 }
 
-/// labctl subcommands a scenario may run: the database trigger and its remediation, and the
-/// operations of the postmortem's timeline (rollback = rollout restart, scale-up, memory limits).
-pub const RUNNABLE: &[&str] = &["backfill", "remediate", "db", "rollout", "scale", "limits"];
-
 /// `metric: {phase, min, max}`: the summary's `metric` in `phase` must fall in [min, max].
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -257,19 +255,6 @@ impl Scenario {
         }
         if total == 0 || total > 3_600 {
             bail!("phases must last 1..=3600 s in all (bounded game days), not {total}");
-        }
-        let runnable = |cmd: &str| RUNNABLE.contains(&cmd.split_whitespace().next().unwrap_or(""));
-        for cmd in self
-            .cleanup
-            .iter()
-            .chain(self.phases.iter().flat_map(|p| p.run.iter()))
-        {
-            if !runnable(cmd) {
-                bail!(
-                    "run/cleanup {cmd:?}: only `labctl {}` commands may run",
-                    RUNNABLE.join("|")
-                );
-            }
         }
         let known: Vec<&str> = super::report::ROWS.iter().map(|r| r.0).collect();
         for (i, p) in self.phases.iter().enumerate() {

@@ -40,7 +40,7 @@ fn traceparent() -> (String, String, String) {
 
 /// `POST /v1/extract` as an end user who waits at most `patience`; `None` if they gave up.
 async fn extract(lab: &Lab, key: &str, header: &str, patience: Duration) -> Option<u16> {
-    reqwest::Client::new()
+    testkit::http()
         .post(format!("{}/v1/extract", lab.gateway.url))
         .bearer_auth(key)
         .header("traceparent", header)
@@ -55,7 +55,7 @@ async fn extract(lab: &Lab, key: &str, header: &str, patience: Duration) -> Opti
 /// `POST /internal/extract` straight to the orchestrator, as the gateway would send it, from a
 /// caller that waits at most `patience`; `None` if it gave up.
 async fn internal_extract(lab: &Lab, header: &str, patience: Duration) -> Option<u16> {
-    reqwest::Client::new()
+    testkit::http()
         .post(format!("{}/internal/extract", lab.orchestrators[0].url))
         .header("traceparent", header)
         .timeout(patience)

@@ -30,7 +30,7 @@ fn burst5() -> LabOptions {
 /// but 429 — a large burst may also meet the fixed client's concurrency limit downstream, 503)
 /// and how many it refused (429).
 async fn burst(gateway: &str, key: &str, n: usize) -> (usize, usize) {
-    let client = reqwest::Client::new();
+    let client = testkit::http();
     let calls = (0..n).map(|i| {
         client
             .post(format!("{gateway}/v1/extract"))

@@ -14,7 +14,10 @@ use tokio_postgres::Client;
 
 use crate::backfill;
 use crate::remediate::{self, Remedy};
-use crate::seed;
+
+/// The tests load PostgreSQL hard and measure what it does: side by side they would measure each
+/// other, so they take turns.
+static HEAVY_TEST: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// The `--small` data set: the design note measured 11.5× (skewed traffic) on it, and it seeds
 /// in ~3 s even in a debug build. (25k / 50 tenants is close to noise, ≈3×.)
@@ -25,7 +28,7 @@ const TENANTS: u64 = 200;
 async fn seeded() -> (TestDb, Client) {
     let db = TestDb::new().await;
     let data_dir = std::env::temp_dir().join(format!("lab_trigger_{:016x}", rand::random::<u64>()));
-    let args = seed::SeedArgs {
+    let args = lab_seed::SeedArgs {
         entities: ENTITIES,
         tenants: TENANTS,
         // The corpus is not used here; a few documents keep the seed fast.
@@ -36,7 +39,7 @@ async fn seeded() -> (TestDb, Client) {
         progress: false,
     };
     let started = Instant::now();
-    seed::run(&db.url, &args).await.expect("seeding");
+    lab_seed::run(&db.url, &args).await.expect("seeding");
     eprintln!(
         "seeded {ENTITIES} entities in {:.1} s",
         started.elapsed().as_secs_f64()
@@ -83,7 +86,7 @@ fn assert_bitmap(p: &HotPlan, stage: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hot_plan_flips_on_invalidation_and_only_analyze_restores_it() {
-    let _heavy = crate::HEAVY_TEST.lock().await;
+    let _heavy = HEAVY_TEST.lock().await;
     let (_db, client) = seeded().await;
     assert_index_scan(&plan(&client).await, "seeded");
 
@@ -182,7 +185,7 @@ impl Service {
         Self {
             base,
             admin,
-            http: reqwest::Client::new(),
+            http: testkit::http(),
         }
     }
 
@@ -257,7 +260,7 @@ impl Service {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn entity_service_candidate_lookup_slows_after_invalidation_and_recovers_after_analyze() {
-    let _heavy = crate::HEAVY_TEST.lock().await;
+    let _heavy = HEAVY_TEST.lock().await;
     let (db, client) = seeded().await;
     let svc = Service::spawn(&db).await;
     // Warm-up: every pooled connection prepares the statement and passes its 5 custom plans.

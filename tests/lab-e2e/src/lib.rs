@@ -430,7 +430,7 @@ impl Lab {
     /// `POST /v1/extract` with `api_key`; a generous client timeout so a hang shows as an error
     /// rather than a stuck test.
     pub async fn extract(&self, api_key: &str, body: serde_json::Value) -> reqwest::Response {
-        reqwest::Client::new()
+        testkit::http()
             .post(format!("{}/v1/extract", self.gateway.url))
             .bearer_auth(api_key)
             .timeout(Duration::from_secs(20))

@@ -150,7 +150,7 @@ async fn extract_refuses_unknown_malformed_and_revoked_keys() {
         let body: Value = resp.json().await.unwrap();
         assert_eq!(body["error"]["code"], "unauthorized");
     }
-    let resp = reqwest::Client::new()
+    let resp = testkit::http()
         .post(format!("{}/v1/extract", lab.gateway.url))
         .json(&doc)
         .send()
@@ -175,7 +175,7 @@ async fn extract_rejects_hostile_input_with_json_errors() {
         ..LabOptions::default()
     };
     let lab = Lab::start(db, opts).await;
-    let client = reqwest::Client::new();
+    let client = testkit::http();
     let post = |body: String, ct: &'static str| {
         client
             .post(format!("{}/v1/extract", lab.gateway.url))

@@ -11,30 +11,10 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 
 use crate::supervise::{self, Control, ProcSpec, ProcState};
+use crate::{Log, Service};
 
 /// How long a replica may take to stop (its drain: 10 s by default) and come back ready.
 const READY_WAIT: Duration = Duration::from_secs(60);
-
-#[derive(Debug, Clone, clap::Subcommand)]
-pub enum RolloutCommand {
-    /// Restart every replica of a service, one at a time: each is stopped gracefully and
-    /// replaced by a new process (cold caches), and the next waits until it is ready.
-    Restart {
-        /// orchestrator, entity-service, edge-gateway, enrichment.
-        service: String,
-    },
-}
-
-#[derive(Debug, Clone, clap::Subcommand)]
-pub enum LimitsCommand {
-    /// Put every replica of a service under a memory limit (`none` lifts it). The kernel's OOM
-    /// killer enforces it; the supervisor restarts a killed replica and reports OOMKilled.
-    Memory {
-        service: String,
-        /// A size (`700M`, `4G`, bytes) or `none`.
-        limit: String,
-    },
-}
 
 fn replicas(state_dir: &Path, service: &str) -> anyhow::Result<Vec<ProcState>> {
     let Some(state) = supervise::read_state(state_dir)? else {
@@ -142,15 +122,17 @@ async fn wait_in_rotation(state_dir: &Path, port: u16) -> anyhow::Result<()> {
     }
 }
 
-/// `labctl rollout restart <service>`.
-pub async fn rollout(state_dir: &Path, cmd: &RolloutCommand) -> anyhow::Result<()> {
-    let RolloutCommand::Restart { service } = cmd;
+/// `labctl rollout restart <service>`: every replica of `service` restarted, one at a time;
+/// each is stopped gracefully and replaced by a new process (cold caches), and the next waits
+/// until it is ready (and, for an orchestrator, back in the gateways' rotation).
+pub async fn rollout_restart(state_dir: &Path, service: Service, log: &Log) -> anyhow::Result<()> {
+    let service = service.as_str();
     let started = Instant::now();
     let list = replicas(state_dir, service)?;
-    println!(
+    log.line(format!(
         "rolling restart of {} {service} replicas, one at a time",
         list.len()
-    );
+    ));
     for p in &list {
         let t = Instant::now();
         ok(
@@ -180,7 +162,7 @@ pub async fn rollout(state_dir: &Path, cmd: &RolloutCommand) -> anyhow::Result<(
             let http = reqwest::Client::builder()
                 .timeout(Duration::from_secs(1))
                 .build()?;
-            crate::lab::wait_enrichment_group(
+            crate::fleet::wait_enrichment_group(
                 &http,
                 &workers,
                 Instant::now() + READY_WAIT,
@@ -189,29 +171,30 @@ pub async fn rollout(state_dir: &Path, cmd: &RolloutCommand) -> anyhow::Result<(
             )
             .await?;
         }
-        println!(
+        log.line(format!(
             "  {} restarted: pid {} -> {pid}, ready after {:.1} s",
             p.name,
             p.pid.map_or("-".into(), |x| x.to_string()),
             t.elapsed().as_secs_f64()
-        );
+        ));
     }
-    println!(
+    log.line(format!(
         "rollout of {service} complete in {:.1} s",
         started.elapsed().as_secs_f64()
-    );
+    ));
     Ok(())
 }
 
 /// `labctl scale <service> --replicas N`: new replicas are copies of the first one's spec on the
 /// next free ports (named `<service>-<k>`); scaling down removes the highest-numbered.
-pub async fn scale(state_dir: &Path, service: &str, replicas_wanted: usize) -> anyhow::Result<()> {
-    anyhow::ensure!(replicas_wanted >= 1, "--replicas must be at least 1");
-    anyhow::ensure!(
-        replicas_wanted <= 32,
-        "--replicas {replicas_wanted}: more than 32 replicas of one service on one machine is \
-         not a lab any more"
-    );
+pub async fn scale(
+    state_dir: &Path,
+    service: Service,
+    replicas_wanted: usize,
+    log: &Log,
+) -> anyhow::Result<()> {
+    let service = service.as_str();
+    check_replicas(replicas_wanted)?;
     let list = replicas(state_dir, service)?;
     let plan: supervise::Plan = serde_json::from_slice(
         &std::fs::read(state_dir.join("run").join("plan.json"))
@@ -226,23 +209,21 @@ pub async fn scale(state_dir: &Path, service: &str, replicas_wanted: usize) -> a
     let started = Instant::now();
     let have = list.len();
     if replicas_wanted == have {
-        println!("{service}: already {have} replicas");
+        log.line(format!("{service}: already {have} replicas"));
         return Ok(());
     }
     if replicas_wanted < have {
         for p in list.iter().rev().take(have - replicas_wanted) {
-            println!(
-                "  {}",
-                ok(
-                    state_dir,
-                    Control::Remove {
-                        name: p.name.clone()
-                    }
-                )
-                .await?
-            );
+            let done = ok(
+                state_dir,
+                Control::Remove {
+                    name: p.name.clone(),
+                },
+            )
+            .await?;
+            log.line(format!("  {done}"));
         }
-        println!("{service} scaled {have} -> {replicas_wanted}");
+        log.line(format!("{service} scaled {have} -> {replicas_wanted}"));
         return Ok(());
     }
     let mut port = list.iter().map(|p| p.port).max().unwrap_or(template.port);
@@ -266,19 +247,28 @@ pub async fn scale(state_dir: &Path, service: &str, replicas_wanted: usize) -> a
         spec.env.insert("LAB_HTTP__PORT".into(), port.to_string());
         spec.env
             .insert("LAB_ADMIN__PORT".into(), spec.admin_port.to_string());
-        println!(
-            "  {}",
-            ok(state_dir, Control::Add { spec: spec.clone() }).await?
-        );
+        let done = ok(state_dir, Control::Add { spec: spec.clone() }).await?;
+        log.line(format!("  {done}"));
         added.push(spec);
     }
     for spec in &added {
         wait_ready(state_dir, &spec.name, spec.admin_port, None).await?;
     }
-    println!(
+    log.line(format!(
         "{service} scaled {have} -> {replicas_wanted} in {:.1} s (new replicas start cold and join \
          the gateway's rotation when their /readyz passes)",
         started.elapsed().as_secs_f64()
+    ));
+    Ok(())
+}
+
+/// A replica count the native lab can run: at least 1, at most 32 (more on one machine is not a
+/// lab any more: every replica holds connections, memory and a share of 2 cores).
+pub fn check_replicas(n: usize) -> anyhow::Result<()> {
+    anyhow::ensure!(n >= 1, "--replicas must be at least 1");
+    anyhow::ensure!(
+        n <= 32,
+        "--replicas {n}: more than 32 replicas of one service on one machine is not a lab any more"
     );
     Ok(())
 }
@@ -293,25 +283,25 @@ fn next_free_port(from: u16) -> anyhow::Result<u16> {
         .with_context(|| format!("no free port from {from}"))
 }
 
-/// `labctl limits memory <service> <size|none>`.
-pub async fn limits(state_dir: &Path, cmd: &LimitsCommand) -> anyhow::Result<()> {
-    let LimitsCommand::Memory { service, limit } = cmd;
+/// `labctl limits memory <service> <size|none>`: every replica of `service` under a memory
+/// limit of `bytes` (`None` lifts it). The kernel's OOM killer enforces it; the supervisor
+/// restarts a killed replica and reports OOMKilled.
+pub async fn limit_memory(
+    state_dir: &Path,
+    service: Service,
+    bytes: Option<u64>,
+    log: &Log,
+) -> anyhow::Result<()> {
+    let service = service.as_str();
     replicas(state_dir, service)?;
-    let bytes = if limit == "none" {
-        None
-    } else {
-        Some(crate::cgroup::parse_size(limit)?)
-    };
-    println!(
-        "{}",
-        ok(
-            state_dir,
-            Control::MemoryLimit {
-                binary: service.clone(),
-                bytes,
-            }
-        )
-        .await?
-    );
+    let done = ok(
+        state_dir,
+        Control::MemoryLimit {
+            binary: service.to_string(),
+            bytes,
+        },
+    )
+    .await?;
+    log.line(done);
     Ok(())
 }

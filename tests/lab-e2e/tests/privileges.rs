@@ -145,7 +145,7 @@ async fn an_inner_hop_trusts_the_tenant_in_the_body_so_isolation_rests_on_the_ne
     let lab = Lab::start(db, LabOptions::default()).await;
     // No credentials at all, straight to an orchestrator: tenant 2's entity comes back. This is
     // by design (the hops are one trust domain), and why only the gateway may reach this port.
-    let resp = reqwest::Client::new()
+    let resp = testkit::http()
         .post(format!("{}/internal/extract", lab.orchestrators[0].url))
         .json(&json!({"tenant_id": 2, "doc_id": "d", "text": "Secret Bank paid."}))
         .send()

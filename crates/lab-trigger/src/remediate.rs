@@ -76,39 +76,44 @@ pub async fn apply(client: &Client, remedy: Remedy) -> anyhow::Result<RemedyRepo
     })
 }
 
-pub async fn run(database_url: &str, remedy: Remedy, json: bool) -> anyhow::Result<()> {
+/// `labctl remediate <remedy>` (and a scenario's `remediate` action) against `database_url`.
+pub async fn run(database_url: &str, remedy: Remedy) -> anyhow::Result<RemedyReport> {
     let client = lab_db::inspect::connect(database_url).await?;
-    let r = apply(&client, remedy).await?;
-    if json {
-        println!("{}", serde_json::to_string_pretty(&r)?);
-        return Ok(());
+    apply(&client, remedy).await
+}
+
+/// What the remedy did and the hot statement's plan after it, as the operator reads it.
+impl std::fmt::Display for RemedyReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let r = self;
+        writeln!(
+            f,
+            "{}: {:.2} s; n_dead_tup {} → {}; locale statistics {}; autovacuum {}",
+            r.remedy,
+            r.seconds,
+            r.n_dead_tup_before,
+            r.n_dead_tup_after,
+            if r.locale_has_stats_after {
+                "present"
+            } else {
+                "ABSENT"
+            },
+            if r.autovacuum_enabled_after {
+                "on"
+            } else {
+                "off"
+            },
+        )?;
+        writeln!(
+            f,
+            "hot statement now: {} ({:.2} ms){}",
+            r.plan_after.shape(),
+            r.plan_after.execution_ms,
+            if r.plan_after.is_index_scan() {
+                ""
+            } else {
+                " — still not an index scan: run `labctl remediate analyze`"
+            }
+        )
     }
-    println!(
-        "{}: {:.2} s; n_dead_tup {} → {}; locale statistics {}; autovacuum {}",
-        r.remedy,
-        r.seconds,
-        r.n_dead_tup_before,
-        r.n_dead_tup_after,
-        if r.locale_has_stats_after {
-            "present"
-        } else {
-            "ABSENT"
-        },
-        if r.autovacuum_enabled_after {
-            "on"
-        } else {
-            "off"
-        },
-    );
-    println!(
-        "hot statement now: {} ({:.2} ms){}",
-        r.plan_after.shape(),
-        r.plan_after.execution_ms,
-        if r.plan_after.is_index_scan() {
-            ""
-        } else {
-            " — still not an index scan: run `labctl remediate analyze`"
-        }
-    );
-    Ok(())
 }

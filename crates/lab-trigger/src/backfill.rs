@@ -301,78 +301,105 @@ pub async fn reset(client: &Client) -> anyhow::Result<ResetReport> {
     })
 }
 
-/// `labctl backfill` as the operator runs it.
+/// What one `labctl backfill` did: the steps it ran, each with its measured report.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct BackfillReport {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reset: Option<ResetReport>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub populate: Option<PopulateReport>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub invalidate: Option<InvalidateReport>,
+}
+
+/// What to run: the whole job, one step of it, or the pre-incident state restored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Job {
+    /// Both steps, as the 03:00 job ran them (`None`), or one of them.
+    Backfill(Option<Step>),
+    /// `--reset`.
+    Reset,
+}
+
+/// `labctl backfill` as the operator runs it (and a scenario's `backfill` action): the steps
+/// `job` names, in order, against `database_url`. `progress`: a progress bar on stderr for the
+/// populate's batches.
 pub async fn run(
     database_url: &str,
-    only: Option<Step>,
-    reset_state: bool,
+    job: Job,
     batch_ids: i64,
-    json: bool,
-) -> anyhow::Result<()> {
+    progress: bool,
+) -> anyhow::Result<BackfillReport> {
     let client = lab_db::inspect::connect(database_url).await?;
-    let mut out = serde_json::Map::new();
-    if reset_state {
-        let r = reset(&client).await?;
-        if !json {
-            println!(
+    let mut out = BackfillReport::default();
+    match job {
+        Job::Reset => out.reset = Some(reset(&client).await?),
+        Job::Backfill(only) => {
+            if only != Some(Step::Invalidate) {
+                out.populate = Some(populate(&client, batch_ids, progress).await?);
+            }
+            if only != Some(Step::Populate) {
+                out.invalidate = Some(invalidate(&client).await?);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// One line per step, as the operator reads it.
+impl std::fmt::Display for BackfillReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use lab_db::inspect::human_bytes as bytes;
+        if let Some(r) = &self.reset {
+            writeln!(
+                f,
                 "reset: locale NULL and varchar(8) (table rewrite {:.2} s), autovacuum reset, \
                  ANALYZE {:.2} s; heap {}, indexes {}",
                 r.rewrite_seconds,
                 r.analyze_seconds,
-                crate::dbstatus::bytes(r.table_bytes_after),
-                crate::dbstatus::bytes(r.index_bytes_after)
-            );
+                bytes(r.table_bytes_after),
+                bytes(r.index_bytes_after)
+            )?;
         }
-        out.insert("reset".into(), serde_json::to_value(r)?);
-    } else {
-        if only != Some(Step::Invalidate) {
-            let r = populate(&client, batch_ids, !json).await?;
-            if !json {
-                println!(
-                    "populate: autovacuum off on entities; {} rows got a locale in {} committed \
-                     batches, {:.1} s; n_dead_tup now {}; heap {}, indexes {}",
-                    r.rows_updated,
-                    r.batches,
-                    r.seconds,
-                    r.n_dead_tup_after,
-                    crate::dbstatus::bytes(r.table_bytes_after),
-                    crate::dbstatus::bytes(r.index_bytes_after)
-                );
-            }
-            out.insert("populate".into(), serde_json::to_value(r)?);
+        if let Some(r) = &self.populate {
+            writeln!(
+                f,
+                "populate: autovacuum off on entities; {} rows got a locale in {} committed \
+                 batches, {:.1} s; n_dead_tup now {}; heap {}, indexes {}",
+                r.rows_updated,
+                r.batches,
+                r.seconds,
+                r.n_dead_tup_after,
+                bytes(r.table_bytes_after),
+                bytes(r.index_bytes_after)
+            )?;
         }
-        if only != Some(Step::Populate) {
-            let r = invalidate(&client).await?;
-            if !json {
-                let what = if r.widened {
-                    format!("widened {} → {}", r.type_before, r.type_after)
+        if let Some(r) = &self.invalidate {
+            let what = if r.widened {
+                format!("widened {} → {}", r.type_before, r.type_after)
+            } else {
+                format!(
+                    "was already {}; the same ALTER TYPE was applied again",
+                    r.type_after
+                )
+            };
+            writeln!(
+                f,
+                "invalidate: locale {what} in {:.1} ms ({}); locale statistics {}; every \
+                 cached plan of entities is invalid",
+                r.seconds * 1e3,
+                if r.rewrote_table {
+                    "the table was REWRITTEN"
                 } else {
-                    format!(
-                        "was already {}; the same ALTER TYPE was applied again",
-                        r.type_after
-                    )
-                };
-                println!(
-                    "invalidate: locale {what} in {:.1} ms ({}); locale statistics {}; every \
-                     cached plan of entities is invalid",
-                    r.seconds * 1e3,
-                    if r.rewrote_table {
-                        "the table was REWRITTEN"
-                    } else {
-                        "metadata-only"
-                    },
-                    if r.locale_has_stats_after {
-                        "still present (unexpected)"
-                    } else {
-                        "dropped"
-                    }
-                );
-            }
-            out.insert("invalidate".into(), serde_json::to_value(r)?);
+                    "metadata-only"
+                },
+                if r.locale_has_stats_after {
+                    "still present (unexpected)"
+                } else {
+                    "dropped"
+                }
+            )?;
         }
+        Ok(())
     }
-    if json {
-        println!("{}", serde_json::to_string_pretty(&out)?);
-    }
-    Ok(())
 }

@@ -1,4 +1,5 @@
-//! `labctl up`, `labctl down`, `labctl status`.
+//! The fleet's lifecycle: `labctl up` (plan the replicas, start the supervisor, wait until
+//! every replica is ready), `labctl down`, `labctl status`.
 
 use std::collections::BTreeMap;
 use std::net::TcpListener;
@@ -8,6 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 
 use crate::supervise::{self, Plan, ProcSpec};
+use crate::Service;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct UpArgs {
@@ -90,22 +92,16 @@ fn parse_env_override(s: &str) -> anyhow::Result<(String, String, String)> {
     });
     match parsed {
         Some((svc, k, v))
-            if SERVICES.contains(&svc.as_str()) && k.starts_with("LAB_") && k.contains("__") =>
+            if svc.parse::<Service>().is_ok() && k.starts_with("LAB_") && k.contains("__") =>
         {
             Ok((svc, k, v))
         }
         _ => anyhow::bail!(
-            "--env {s:?}: write SERVICE:LAB_<SECTION>__<KEY>=VALUE with SERVICE one of {SERVICES:?}"
+            "--env {s:?}: write SERVICE:LAB_<SECTION>__<KEY>=VALUE with SERVICE one of {:?}",
+            Service::ALL.map(Service::as_str)
         ),
     }
 }
-
-const SERVICES: [&str; 4] = [
-    "edge-gateway",
-    "orchestrator",
-    "entity-service",
-    "enrichment",
-];
 
 /// Traces kept by the native receiver: at 20 traces a second, the last few minutes — a replay
 /// step and then some — in a few tens of MB.

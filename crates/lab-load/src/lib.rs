@@ -18,7 +18,7 @@ use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use tokio::time::Instant;
 
-use crate::seed::{ApiKeyRecord, CorpusDoc};
+use lab_seed::{ApiKeyRecord, CorpusDoc};
 
 /// The most a run may ask for. 5,000 rps is far past what 2 cores serve; 1 h bounds a forgotten
 /// run.
@@ -53,15 +53,15 @@ pub enum Docs {
 /// The documents a run draws from.
 pub enum DocSource {
     Corpus(Vec<CorpusDoc>),
-    Stream(crate::seed::DocumentStream),
+    Stream(lab_seed::DocumentStream),
 }
 
 impl DocSource {
     /// Open the source `docs` names in `data_dir`.
     pub fn open(docs: Docs, data_dir: &std::path::Path, mix: TenantMix) -> anyhow::Result<Self> {
         Ok(match docs {
-            Docs::Corpus => DocSource::Corpus(crate::seed::read_corpus(data_dir)?),
-            Docs::Stream => DocSource::Stream(crate::seed::DocumentStream::open(
+            Docs::Corpus => DocSource::Corpus(lab_seed::read_corpus(data_dir)?),
+            Docs::Stream => DocSource::Stream(lab_seed::DocumentStream::open(
                 data_dir,
                 mix == TenantMix::Uniform,
             )?),
@@ -313,7 +313,7 @@ struct Picker {
     docs: Vec<Arc<(String, serde_json::Value)>>,
     tenant_lists: Vec<Vec<usize>>,
     /// Stream mode: the never-repeating document stream and the next index in it.
-    stream: Option<crate::seed::DocumentStream>,
+    stream: Option<lab_seed::DocumentStream>,
     stream_index: u64,
 }
 

@@ -132,7 +132,7 @@ async fn error_table_every_orchestrator_row_reaches_the_user_through_the_gateway
 
     let mut rows = answerable(Hop::Orchestrator);
     rows.extend(answerable(Hop::EntityService));
-    let client = reqwest::Client::new();
+    let client = testkit::http();
     for (i, row) in rows.iter().enumerate() {
         *next.lock().unwrap() = Some(row);
         let resp = client

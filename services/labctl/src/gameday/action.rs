@@ -1,0 +1,253 @@
+//! A scenario's timeline, typed: what a phase's `run:` and a scenario's `cleanup:` may do.
+//!
+//! A scenario writes an action in the operator's own words (`rollout restart orchestrator`,
+//! `scale orchestrator --replicas 5`, `backfill --only invalidate`), and the same words work at
+//! a terminal as `labctl <words>`. Here they are parsed, whole, when the scenario loads (a
+//! misspelt service or a missing `--replicas` refuses the file, not the run 20 minutes in), and
+//! executed in process: the database trigger through `lab_trigger`, the fleet's operations
+//! through [`Lab`]. What each action did goes, line by line, to the run's `actions.log`.
+
+use std::fmt;
+use std::str::FromStr;
+
+use clap::Parser;
+use lab_native::{Lab, Log, Service};
+use lab_trigger::backfill::{self, Job, Step};
+use lab_trigger::remediate::{self, Remedy};
+
+/// One action of a timeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum Action {
+    /// The 03:00 backfill, one of its steps, or the pre-incident state restored.
+    Backfill(Job),
+    /// ANALYZE (the 11:31 fix) or VACUUM (which does not cure the plan).
+    Remediate(Remedy),
+    /// Argo's rollback: every replica restarted, one at a time, every cache cold.
+    RolloutRestart(Service),
+    /// New (cold) replicas, or fewer.
+    Scale(Service, usize),
+    /// A memory limit on every replica, enforced by the kernel (`None` lifts it).
+    LimitMemory(Service, Option<u64>),
+}
+
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum RolloutCommand {
+    /// Restart every replica of a service, one at a time: each is stopped gracefully and
+    /// replaced by a new process (cold caches), and the next waits until it is ready.
+    Restart {
+        /// orchestrator, entity-service, edge-gateway, enrichment.
+        service: Service,
+    },
+}
+
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum LimitsCommand {
+    /// Put every replica of a service under a memory limit (`none` lifts it). The kernel's OOM
+    /// killer enforces it; the supervisor restarts a killed replica and reports OOMKilled.
+    Memory {
+        service: Service,
+        /// A size (`700M`, `4G`, bytes) or `none`.
+        #[arg(value_parser = parse_limit)]
+        limit: Limit,
+    },
+}
+
+/// A memory limit as the operator writes it: a size, or `none`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limit(pub Option<u64>);
+
+fn parse_limit(s: &str) -> anyhow::Result<Limit> {
+    Ok(Limit(match s {
+        "none" => None,
+        size => Some(lab_native::cgroup::parse_size(size)?),
+    }))
+}
+
+/// The words, as labctl parses them (no binary name: a scenario writes `scale …`, not
+/// `labctl scale …`).
+#[derive(Debug, Parser)]
+#[command(no_binary_name = true, name = "action")]
+enum Words {
+    Backfill {
+        #[arg(long, value_enum, conflicts_with = "reset")]
+        only: Option<Step>,
+        #[arg(long)]
+        reset: bool,
+    },
+    Remediate {
+        #[command(subcommand)]
+        remedy: Remedy,
+    },
+    Rollout {
+        #[command(subcommand)]
+        command: RolloutCommand,
+    },
+    Scale {
+        service: Service,
+        #[arg(long)]
+        replicas: usize,
+    },
+    Limits {
+        #[command(subcommand)]
+        command: LimitsCommand,
+    },
+}
+
+impl FromStr for Action {
+    type Err = anyhow::Error;
+
+    fn from_str(s: &str) -> anyhow::Result<Self> {
+        let words = Words::try_parse_from(s.split_whitespace()).map_err(|e| {
+            // clap's rendering, first line only: the rest is usage for a terminal.
+            let e = e.to_string();
+            anyhow::anyhow!(
+                "action {s:?}: {} (actions: backfill [--only populate|invalidate | --reset], \
+                 remediate analyze|vacuum, rollout restart <service>, scale <service> \
+                 --replicas N, limits memory <service> <size|none>)",
+                e.lines().next().unwrap_or("not understood").trim()
+            )
+        })?;
+        Ok(match words {
+            Words::Backfill { reset: true, .. } => Action::Backfill(Job::Reset),
+            Words::Backfill { only, .. } => Action::Backfill(Job::Backfill(only)),
+            Words::Remediate { remedy } => Action::Remediate(remedy),
+            Words::Rollout {
+                command: RolloutCommand::Restart { service },
+            } => Action::RolloutRestart(service),
+            Words::Scale { service, replicas } => {
+                lab_native::ops::check_replicas(replicas)?;
+                Action::Scale(service, replicas)
+            }
+            Words::Limits {
+                command: LimitsCommand::Memory { service, limit },
+            } => Action::LimitMemory(service, limit.0),
+        })
+    }
+}
+
+impl TryFrom<String> for Action {
+    type Error = anyhow::Error;
+
+    fn try_from(s: String) -> anyhow::Result<Self> {
+        s.parse()
+    }
+}
+
+impl From<Action> for String {
+    fn from(a: Action) -> String {
+        a.to_string()
+    }
+}
+
+/// The action in the words it was written in (what `actions.log` and the reports show).
+impl fmt::Display for Action {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Action::Backfill(Job::Reset) => write!(f, "backfill --reset"),
+            Action::Backfill(Job::Backfill(None)) => write!(f, "backfill"),
+            Action::Backfill(Job::Backfill(Some(Step::Populate))) => {
+                write!(f, "backfill --only populate")
+            }
+            Action::Backfill(Job::Backfill(Some(Step::Invalidate))) => {
+                write!(f, "backfill --only invalidate")
+            }
+            Action::Remediate(Remedy::Analyze) => write!(f, "remediate analyze"),
+            Action::Remediate(Remedy::Vacuum) => write!(f, "remediate vacuum"),
+            Action::RolloutRestart(s) => write!(f, "rollout restart {s}"),
+            Action::Scale(s, n) => write!(f, "scale {s} --replicas {n}"),
+            Action::LimitMemory(s, None) => write!(f, "limits memory {s} none"),
+            Action::LimitMemory(s, Some(b)) => write!(f, "limits memory {s} {b}"),
+        }
+    }
+}
+
+impl Action {
+    /// The backfill's invalidating step: the hot lookup's plan flips.
+    pub const INVALIDATE: Action = Action::Backfill(Job::Backfill(Some(Step::Invalidate)));
+    /// The 11:31 fix.
+    pub const ANALYZE: Action = Action::Remediate(Remedy::Analyze);
+
+    /// Does it drop `locale`'s statistics and invalidate every cached plan (the whole backfill
+    /// or its second step)?
+    pub fn invalidates_plans(&self) -> bool {
+        matches!(
+            self,
+            Action::Backfill(Job::Backfill(None | Some(Step::Invalidate)))
+        )
+    }
+
+    /// Does it give the planner its statistics back (ANALYZE)?
+    pub fn cures_plans(&self) -> bool {
+        *self == Action::ANALYZE
+    }
+
+    /// Do it: the trigger against `database_url`, the fleet's operations through `lab`; what it
+    /// did goes to `log`. Returns once done (a rollout: every replica back and in rotation).
+    pub async fn run(&self, lab: &impl Lab, database_url: &str, log: &Log) -> anyhow::Result<()> {
+        match *self {
+            Action::Backfill(job) => {
+                let r =
+                    backfill::run(database_url, job, backfill::DEFAULT_BATCH_IDS, false).await?;
+                log.line(r.to_string().trim_end());
+            }
+            Action::Remediate(remedy) => {
+                let r = remediate::run(database_url, remedy).await?;
+                log.line(r.to_string().trim_end());
+            }
+            Action::RolloutRestart(s) => lab.rollout_restart(s).await?,
+            Action::Scale(s, n) => lab.scale(s, n).await?,
+            Action::LimitMemory(s, bytes) => lab.limit_memory(s, bytes).await?,
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_action_reads_back_from_the_words_it_prints() {
+        let all = [
+            Action::Backfill(Job::Reset),
+            Action::Backfill(Job::Backfill(None)),
+            Action::Backfill(Job::Backfill(Some(Step::Populate))),
+            Action::Backfill(Job::Backfill(Some(Step::Invalidate))),
+            Action::Remediate(Remedy::Analyze),
+            Action::Remediate(Remedy::Vacuum),
+            Action::RolloutRestart(Service::Orchestrator),
+            Action::Scale(Service::Orchestrator, 5),
+            Action::LimitMemory(Service::Orchestrator, Some(700 << 20)),
+            Action::LimitMemory(Service::EntityService, None),
+        ];
+        for a in all {
+            assert_eq!(a.to_string().parse::<Action>().unwrap(), a, "{a}");
+        }
+        assert_eq!(
+            "limits memory orchestrator 700M".parse::<Action>().unwrap(),
+            Action::LimitMemory(Service::Orchestrator, Some(700 << 20))
+        );
+    }
+
+    /// Only the first word was checked before: `scale orchestrater --replicas 5` loaded and
+    /// failed 20 minutes into a replay.
+    #[test]
+    fn a_wrong_word_anywhere_refuses_the_action_naming_it() {
+        for (words, says) in [
+            ("scale orchestrater --replicas 5", "orchestrater"),
+            ("scale orchestrator", "--replicas"),
+            ("scale orchestrator --replicas 500", "32"),
+            ("rollout restart", "service"),
+            ("backfill --only everything", "everything"),
+            ("backfill --only populate --reset", "--reset"),
+            ("remediate reindex", "reindex"),
+            ("limits memory orchestrator 7 lakh", "lakh"),
+            ("db status", "db"),
+            ("", "actions:"),
+        ] {
+            let e = format!("{:#}", words.parse::<Action>().unwrap_err());
+            assert!(e.contains(says), "{words:?}: {e}");
+        }
+    }
+}
