@@ -163,6 +163,8 @@ impl Stub {
         let app = Router::new()
             .route("/v1/resolve", post(handle))
             .with_state(shared.clone());
+        // A stub server for the client's tests, not the client: it runs until the stub drops.
+        #[allow(clippy::disallowed_methods)]
         let server = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });

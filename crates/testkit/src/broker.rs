@@ -70,6 +70,7 @@ impl PrivateBroker {
                 "tansu did not listen on {} within 15 s",
                 broker.bootstrap
             );
+            #[allow(clippy::disallowed_methods)] // a constructor called outside async code
             std::thread::sleep(Duration::from_millis(50));
         }
         broker

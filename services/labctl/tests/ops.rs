@@ -59,6 +59,7 @@ fn eventually(what: &str, mut f: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while !f() {
         assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        #[allow(clippy::disallowed_methods)] // a plain test thread polling a subprocess
         std::thread::sleep(Duration::from_millis(100));
     }
 }
