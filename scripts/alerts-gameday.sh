@@ -40,7 +40,10 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"   # labctl's state (.lab) and data (.lab/data) are relative to the repo root
-# shellcheck source=scripts/lib/prometheus.sh
+LOG_TAG=alerts-gameday LOG_FMT='==> %s\n' LOG_ERR='alerts-gameday: ' LOG_FD=2
+# shellcheck source=lib/common.sh
+source "$ROOT/scripts/lib/common.sh"       # say (on stderr), die, port_open
+# shellcheck source=lib/prometheus.sh
 source "$ROOT/scripts/lib/prometheus.sh"
 
 SCENARIO="${1:-dependency-dead-long}"
@@ -52,8 +55,6 @@ QUIET_TIMEOUT="${ALERTS_QUIET_TIMEOUT:-420}"
 REPORT_DIR="${ALERTS_REPORT_DIR:-docs/reports}"
 KEEP="${ALERTS_KEEP_DIR:-.lab/reports/alerts-$SCENARIO-$(date +%s)}"
 
-say() { printf '==> %s\n' "$*" >&2; }
-die() { printf 'alerts-gameday: %s\n' "$*" >&2; exit 1; }
 now() { printf '%s\n' "$EPOCHREALTIME"; }
 
 [[ -x "$LABCTL" ]] || die "no labctl in $BIN_DIR (cargo build --release --bins, or set LAB_BIN_DIR)"
@@ -115,10 +116,9 @@ fi
 "$LABCTL" status --json >"$WORK/status.json"
 
 # --- 3. Prometheus --------------------------------------------------------------------------
-port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 PORT=""
 for p in $(seq "$PORT0" $((PORT0 + 20))); do
-  if port_free "$p"; then PORT="$p"; break; fi
+  if ! port_open 127.0.0.1 "$p"; then PORT="$p"; break; fi
 done
 [[ -n "$PORT" ]] || die "no free port in $PORT0..$((PORT0 + 20)) for Prometheus"
 PROM="http://127.0.0.1:$PORT"
@@ -160,7 +160,7 @@ say "starting Prometheus on $PROM (storage in a temp dir)"
 PROM_PID=$!
 
 pq() { curl -fsS --max-time 10 "$@"; }   # every HTTP call to Prometheus is bounded
-wait_until() { # wait_until SECONDS DESCRIPTION CMD... — poll every 2 s, fail after SECONDS
+wait_for() { # wait_for SECONDS DESCRIPTION CMD... — poll every 2 s, fail after SECONDS
   local limit="$1" what="$2" t0=$SECONDS
   shift 2
   until "$@"; do
@@ -171,7 +171,7 @@ wait_until() { # wait_until SECONDS DESCRIPTION CMD... — poll every 2 s, fail 
   say "$what after $((SECONDS - t0)) s"
 }
 prom_ready() { pq "$PROM/-/ready" >/dev/null 2>&1; }
-wait_until 60 "Prometheus ready" prom_ready || die "Prometheus not ready in 60 s (log: $KEEP/prometheus.log)"
+wait_for 60 "Prometheus ready" prom_ready || die "Prometheus not ready in 60 s (log: $KEEP/prometheus.log)"
 
 targets_up() {
   pq "$PROM/api/v1/targets?state=active" 2>/dev/null | python3 -c '
@@ -179,7 +179,7 @@ import json, sys
 t = json.load(sys.stdin)["data"]["activeTargets"]
 sys.exit(0 if t and all(x["health"] == "up" for x in t) else 1)'
 }
-wait_until 60 "every scrape target up" targets_up || {
+wait_for 60 "every scrape target up" targets_up || {
   pq "$PROM/api/v1/targets?state=active" >"$KEEP/targets.json" || true
   die "not every scrape target is up within 60 s (see $KEEP/targets.json)"
 }
@@ -192,7 +192,7 @@ import json, sys
 sys.exit(0 if not json.load(sys.stdin)["data"]["result"] else 1)'
 }
 wait_quiet() { # $1: what for; records whether it had to give up
-  if wait_until "$QUIET_TIMEOUT" "no alert pending or firing" no_alerts; then
+  if wait_for "$QUIET_TIMEOUT" "no alert pending or firing" no_alerts; then
     echo "$1 quiet" >>"$WORK/quiet.txt"
   else
     say "alerts still active after $QUIET_TIMEOUT s; going on (the report says so)"

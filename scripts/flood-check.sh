@@ -27,12 +27,12 @@ set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$HERE/.."
-say() { printf '[flood] %s\n' "$*"; }
-die() { printf '[flood] ERROR: %s\n' "$*" >&2; exit 1; }
+LOG_TAG=flood
+# shellcheck source=lib/common.sh
+source "$HERE/lib/common.sh"   # say, die, LAB_TOOLS_DIR
 
 PUBLISH=0
 [[ "${1:-}" == "--publish" ]] && PUBLISH=1
-LAB_TOOLS_DIR="${LAB_TOOLS_DIR:-$HOME/.cache/retry-storm-lab/tools}"
 TENANT_RATE="${TENANT_RATE:-100}"
 FLOOD_RATE="${FLOOD_RATE:-1500}"
 DURATION="${DURATION:-90s}"

@@ -20,10 +20,10 @@ set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$HERE/.."
-say() { printf '[k6] %s\n' "$*"; }
-die() { printf '[k6] ERROR: %s\n' "$*" >&2; exit 1; }
+LOG_TAG=k6
+# shellcheck source=lib/common.sh
+source "$HERE/lib/common.sh"   # say, die, LAB_TOOLS_DIR
 
-LAB_TOOLS_DIR="${LAB_TOOLS_DIR:-$HOME/.cache/retry-storm-lab/tools}"
 RATE="${K6_RATE:-20}"
 DURATION="${K6_DURATION:-15s}"
 TARGET="${CARGO_TARGET_DIR:-target}"

@@ -15,11 +15,10 @@ set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$HERE/.."
-say() { printf '\n[lab] %s\n' "$*"; }
-
-if ! command -v cargo >/dev/null && [[ -x "${HOME:-/root}/.cargo/bin/cargo" ]]; then
-    export PATH="${HOME:-/root}/.cargo/bin:$PATH"
-fi
+LOG_TAG=lab LOG_FMT='\n[lab] %s\n'
+# shellcheck source=lib/common.sh
+source "$HERE/lib/common.sh"   # say, cargo_on_path
+cargo_on_path
 
 say "dependencies (PostgreSQL, Redis, Kafka-protocol broker)"
 bash scripts/deps.sh

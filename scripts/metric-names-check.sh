@@ -27,16 +27,18 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
+LOG_TAG=metric-names-check LOG_ERR='metric-names-check: '
+# shellcheck source=lib/common.sh
+source "$ROOT/scripts/lib/common.sh"   # die
 
 if [[ $# -eq 0 ]]; then
   set -- http://127.0.0.1:9080 http://127.0.0.1:9101 http://127.0.0.1:9102 \
          http://127.0.0.1:9201 http://127.0.0.1:9202
 fi
 
-command -v curl >/dev/null || { echo "metric-names-check: curl is needed" >&2; exit 1; }
-command -v python3 >/dev/null || { echo "metric-names-check: python3 is needed" >&2; exit 1; }
-python3 -c 'import yaml' 2>/dev/null || {
-  echo "metric-names-check: python3 cannot import yaml (Debian: apt-get install python3-yaml)" >&2; exit 1; }
+command -v curl >/dev/null || die "curl is needed"
+command -v python3 >/dev/null || die "python3 is needed"
+python3 -c 'import yaml' 2>/dev/null || die "python3 cannot import yaml (Debian: apt-get install python3-yaml)"
 
 scrapes="$(mktemp -d)"
 trap 'rm -rf "$scrapes"' EXIT
@@ -44,10 +46,7 @@ i=0
 for base in "$@"; do
   i=$((i + 1))
   url="${base%/}/metrics"
-  if ! curl -fsS --max-time 5 "$url" -o "$scrapes/$i.txt"; then
-    echo "metric-names-check: cannot scrape $url" >&2
-    exit 1
-  fi
+  curl -fsS --max-time 5 "$url" -o "$scrapes/$i.txt" || die "cannot scrape $url"
   echo "$url" >"$scrapes/$i.url"
 done
 

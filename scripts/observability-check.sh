@@ -24,14 +24,14 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
-# shellcheck source=scripts/lib/prometheus.sh
+LOG_TAG=observability-check LOG_FMT='==> %s\n' LOG_ERR='observability-check: '
+# shellcheck source=lib/common.sh
+source "$ROOT/scripts/lib/common.sh"       # say, die
+# shellcheck source=lib/prometheus.sh
 source "$ROOT/scripts/lib/prometheus.sh"   # prom_install, prom_tool_path (honours LAB_TOOLS_DIR)
 LIB="$ROOT/scripts/lib"   # observability_check.py: the checks of the steps below that promtool cannot do
 PROM_DIR="deploy/prometheus"
 DASH_DIR="grafana/dashboards"
-
-say() { printf '==> %s\n' "$*"; }
-die() { printf 'observability-check: %s\n' "$*" >&2; exit 1; }
 
 if [[ -n "${PROMTOOL:-}" ]]; then
   "$PROMTOOL" --version >/dev/null 2>&1 || die "PROMTOOL=$PROMTOOL does not run"

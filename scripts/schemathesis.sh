@@ -24,14 +24,10 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_ROOT="$(cd "$HERE/.." && pwd)"
 cd "$REPO_ROOT"
 
-step() { printf '[schemathesis] %s\n' "$*"; }
-die() {
-    printf '[schemathesis] ERROR: %s\n' "$1" >&2
-    [[ $# -gt 1 ]] && printf '[schemathesis]   fix: %s\n' "$2" >&2
-    exit 1
-}
+LOG_TAG=schemathesis
+# shellcheck source=lib/common.sh
+source "$HERE/lib/common.sh"   # step, die, find_python, venv_install, cargo_on_path, LAB_TOOLS_DIR
 
-LAB_TOOLS_DIR="${LAB_TOOLS_DIR:-$HOME/.cache/retry-storm-lab/tools}"
 export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres}"
 export REDIS_URL="${REDIS_URL:-redis://127.0.0.1:6379}"
 # 1000 per operation: POST /v1/extract is the only operation with inputs, so it alone gets
@@ -45,16 +41,6 @@ ST_VERSION="4.32.5"
 ST_VENV="$LAB_TOOLS_DIR/venvs/schemathesis-$ST_VERSION"
 
 # --- 1. schemathesis --------------------------------------------------------------------------
-find_python() {
-    local p
-    for p in ${LAB_PYTHON:+"$LAB_PYTHON"} python3 /usr/bin/python3; do
-        if command -v "$p" >/dev/null && "$p" -c 'import venv, ensurepip' 2>/dev/null; then
-            command -v "$p"; return 0
-        fi
-    done
-    return 1
-}
-
 st_version() {
     "$ST_VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("schemathesis"))' 2>/dev/null
 }
@@ -68,24 +54,15 @@ else
     py="$(find_python)" || die "no python3 that can create a venv (import venv, ensurepip)" \
         "apt-get install python3-venv, or set LAB_PYTHON=/path/to/python3"
     step "installing schemathesis==$ST_VERSION into $ST_VENV"
-    rm -rf "$ST_VENV"   # a half-made venv is ours to rebuild
-    out="$(mktemp)"
-    if ! { "$py" -m venv "$ST_VENV" &&
-           "$ST_VENV/bin/python" -m pip install --no-input --disable-pip-version-check -q \
-               "schemathesis==$ST_VERSION"; } >"$out" 2>&1; then
-        cat "$out" >&2; rm -f "$out"
+    venv_install "$py" "$ST_VENV" "schemathesis==$ST_VERSION" ||   # a half-made venv is rebuilt
         die "pip install schemathesis==$ST_VERSION failed (output above)" \
             "check access to the Python package index (pip config list)"
-    fi
-    rm -f "$out"
     [[ "$(st_version)" == "$ST_VERSION" ]] || die "schemathesis did not install as $ST_VERSION"
 fi
 flock -u 8
 
 # --- 2. the lab -------------------------------------------------------------------------------
-if ! command -v cargo >/dev/null && [[ -x "${HOME:-/root}/.cargo/bin/cargo" ]]; then
-    export PATH="${HOME:-/root}/.cargo/bin:$PATH"
-fi
+cargo_on_path
 step "building the lab (cargo build -p lab-e2e --example schemathesis_lab)"
 cargo build -q -p lab-e2e --example schemathesis_lab
 TARGET_DIR="$(cargo metadata --format-version 1 --no-deps |

@@ -21,8 +21,13 @@ if ! command -v chromium >/dev/null; then
         exit 1
     fi
     echo "[screenshot] installing Debian's chromium (once)" >&2
-    SUDO=""; [[ "$(id -u)" -ne 0 ]] && SUDO="sudo"
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q chromium >&2
+    HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+    LOG_TAG=screenshot LOG_FD=2
+    # shellcheck source=lib/common.sh
+    source "$HERE/lib/common.sh"
+    # shellcheck source=lib/apt.sh
+    source "$HERE/lib/apt.sh"   # apt_ensure: apt-get update once if needed, then install; log on failure
+    apt_ensure "${LAB_STATE_DIR:-$HERE/../.lab}/logs/apt.log" chromium
 fi
 
 abs="$(cd "$(dirname "$html")" && pwd)/$(basename "$html")"

@@ -13,7 +13,9 @@
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$HERE/.."
-say() { printf '\n[soak] %s\n' "$*"; }
+LOG_TAG=soak LOG_FMT='\n[soak] %s\n'
+# shellcheck source=lib/common.sh
+source "$HERE/lib/common.sh"   # say
 BIN="${CARGO_TARGET_DIR:-target}/release"
 LABCTL="$BIN/labctl"
 [[ -x "$LABCTL" ]] || { echo "build first: cargo build --release --bins" >&2; exit 1; }

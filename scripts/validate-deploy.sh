@@ -46,7 +46,10 @@ set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$PWD
-TOOLS="${LAB_TOOLS_DIR:-$HOME/.cache/retry-storm-lab/tools}"
+LOG_TAG=validate-deploy LOG_FMT='\n== %s\n' LOG_ERR='validate-deploy: '
+# shellcheck source=lib/common.sh
+source "$ROOT/scripts/lib/common.sh"   # say, die, find_python, venv_install, LAB_TOOLS_DIR
+TOOLS="$LAB_TOOLS_DIR"
 VENV="$TOOLS/deploy-venv"
 NPM_PREFIX="$TOOLS/deploy-npm"
 # Pinned tool versions (bump deliberately; each was run here).
@@ -58,17 +61,14 @@ NPM_TOOLS=(@kubernetes-models/argo-rollouts@0.3.2)
 SYNC=0
 [[ "${1:-}" == "--sync" ]] && SYNC=1
 
-say() { printf '\n== %s\n' "$*"; }
-die() { printf 'validate-deploy: %s\n' "$*" >&2; exit 1; }
-
 # ---------------------------------------------------------------- tools (idempotent)
 install_tools() {
-  local py="${LAB_PYTHON:-python3}" stamp="$VENV/.installed"
+  local py stamp="$VENV/.installed"
   local want="${PY_TOOLS[*]}"
   if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
     say "installing PyPI tools into $VENV"
-    "$py" -m venv "$VENV"
-    "$VENV/bin/pip" install -q --disable-pip-version-check "${PY_TOOLS[@]}"
+    py="$(find_python)" || die "no python3 that can create a venv (apt-get install python3-venv, or set LAB_PYTHON)"
+    venv_install "$py" "$VENV" "${PY_TOOLS[@]}" || die "pip install ${PY_TOOLS[*]} failed (output above)"
     echo "$want" >"$stamp"
   fi
   local nstamp="$NPM_PREFIX/.installed" nwant="${NPM_TOOLS[*]}"
