@@ -103,10 +103,7 @@ PROMTOOL="$(prom_tool_path promtool)"
 say "$("$PROMETHEUS" --version 2>&1 | head -n1)"
 
 # --- 2. the lab -----------------------------------------------------------------------------
-if ! "$LABCTL" status --json 2>/dev/null | python3 -c '
-import json, sys
-s = json.load(sys.stdin)
-sys.exit(0 if s["supervisor_alive"] and all(r["ready"] for r in s["replicas"]) else 1)' 2>/dev/null; then
+if ! "$LABCTL" status --json 2>/dev/null | python3 scripts/lib/lab_status.py ready 2>/dev/null; then
   [[ -f .lab/data/api-keys.json && -f .lab/data/corpus.jsonl ]] \
     || die "the lab is not seeded here (.lab/data): run '$LABCTL seed' (see labctl db status)"
   say "starting the native lab (labctl up --bin-dir $BIN_DIR)"
@@ -124,29 +121,10 @@ done
 PROM="http://127.0.0.1:$PORT"
 
 cp -r deploy/prometheus "$WORK/prom"
-# Replicas that `labctl up` runs but no native target file names (reported, not hidden).
-python3 - "$WORK/status.json" "$WORK/prom/targets/native" >"$WORK/added-targets.txt" <<'PY'
-import json, pathlib, re, sys
-status = json.load(open(sys.argv[1]))
-tdir = pathlib.Path(sys.argv[2])
-known = set()
-for f in tdir.glob("*.json"):
-    for g in json.loads(f.read_text()):
-        known.update(g["targets"])
-for r in status["replicas"]:
-    target = r["url"].removeprefix("http://")
-    if target in known:
-        continue
-    job = re.sub(r"-\d+$", "", r["name"])
-    f = tdir / f"{job}.json"
-    if not f.exists():
-        continue  # no scrape job for this service in prometheus.yml
-    groups = json.loads(f.read_text())
-    groups.append({"targets": [target],
-                   "labels": {"service": job, "replica": r["name"], "lab": "native"}})
-    f.write_text(json.dumps(groups, indent=2))
-    print(f"{r['name']} ({target}) added to targets/native/{job}.json")
-PY
+# Replicas that `labctl up` runs but no native target file names (reported, not hidden), by the
+# admin address labctl reports for them.
+python3 scripts/lib/lab_status.py add-targets "$WORK/prom/targets/native" <"$WORK/status.json" \
+  >"$WORK/added-targets.txt"
 "$PROMTOOL" check config "$WORK/prom/prometheus.yml" >"$WORK/check-config.txt" 2>&1 \
   || { cat "$WORK/check-config.txt" >&2; die "the Prometheus config does not check"; }
 

@@ -29,7 +29,7 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$HERE/.."
 LOG_TAG=flood
 # shellcheck source=lib/common.sh
-source "$HERE/lib/common.sh"   # say, die, LAB_TOOLS_DIR
+source "$HERE/lib/common.sh"   # say, die, LAB_TOOLS_DIR, lab_admin_urls
 
 PUBLISH=0
 [[ "${1:-}" == "--publish" ]] && PUBLISH=1
@@ -57,8 +57,10 @@ cleanup() {
 trap cleanup EXIT
 "${LABCTL[@]}" seed --small --if-empty >"$OUT/seed.log" 2>&1 || { cat "$OUT/seed.log"; die "seed failed"; }
 
-# metrics FILE: the gateway's auth decisions and process CPU, from its admin listener.
-metrics() { curl -sf --max-time 5 "http://127.0.0.1:$((GW + 1000))/metrics" >"$1" || die "gateway /metrics"; }
+# metrics FILE: the gateway's auth decisions and process CPU, from its admin listener (GW_ADMIN: the
+# address this lab's labctl reports in `status --json`, read after each `up`).
+GW_ADMIN=""
+metrics() { curl -sf --max-time 5 "$GW_ADMIN/metrics" >"$1" || die "gateway /metrics"; }
 
 # run NAME GUARD FLOOD_RATE
 run() {
@@ -68,6 +70,8 @@ run() {
         --kafka '' --trace-sample 0 --bin-dir "$BIN" \
         --env "edge-gateway:LAB_AUTH__FLOOD_GUARD=$guard" >"$OUT/$name-up.log" 2>&1 ||
         { cat "$OUT/$name-up.log"; die "labctl up failed"; }
+    GW_ADMIN="$(lab_admin_urls edge-gateway "${LABCTL[@]}")" || die "labctl status --json: no gateway admin URL"
+    GW_ADMIN="${GW_ADMIN%%,*}"   # the one gateway `labctl up` starts by default
     # Warm: every real tenant's key verified and cached, the orchestrators' caches past cold.
     "${LABCTL[@]}" load --gateway "http://127.0.0.1:$GW" --rate "$TENANT_RATE" --duration 15 \
         >"$OUT/$name-warm.log" 2>&1 || { tail -n 20 "$OUT/$name-warm.log"; die "warm-up failed"; }

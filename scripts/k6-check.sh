@@ -22,7 +22,7 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$HERE/.."
 LOG_TAG=k6
 # shellcheck source=lib/common.sh
-source "$HERE/lib/common.sh"   # say, die, LAB_TOOLS_DIR
+source "$HERE/lib/common.sh"   # say, die, LAB_TOOLS_DIR, lab_admin_urls
 
 RATE="${K6_RATE:-20}"
 DURATION="${K6_DURATION:-15s}"
@@ -60,6 +60,9 @@ trap cleanup EXIT
 "${LABCTL[@]}" up --gateway-port $GW --orchestrator-port $ORCH --entity-port $ENT \
     --kafka '' --trace-sample 0 --bin-dir "$TARGET/debug" >"$STATE/up.log" 2>&1 ||
     { cat "$STATE/up.log"; die "labctl up failed"; }
+# Where k6 reads the counters: the admin URLs this lab's labctl reports (`status --json`).
+GW_ADMIN="$(lab_admin_urls edge-gateway "${LABCTL[@]}")" || die "labctl status --json: no gateway admin URL"
+ENT_ADMIN="$(lab_admin_urls entity-service "${LABCTL[@]}")" || die "labctl status --json: no entity-service admin URL"
 
 # run_case NAME MODE READINESS EXPECT_RC RATIO_TEST
 run_case() {
@@ -73,8 +76,7 @@ run_case() {
     sleep 8
     say "$name: k6 at $RATE rps for $DURATION, every entity-service request failing"
     RATE="$RATE" DURATION="$DURATION" FAILED_MAX=1 GATEWAY="http://127.0.0.1:$GW" \
-        GATEWAY_METRICS="http://127.0.0.1:$((GW + 1000))" \
-        ENTITY_METRICS="http://127.0.0.1:$((ENT + 1000)),http://127.0.0.1:$((ENT + 1001))" DATA_DIR="$DATA" \
+        GATEWAY_METRICS="$GW_ADMIN" ENTITY_METRICS="$ENT_ADMIN" DATA_DIR="$DATA" \
         "$K6" run --quiet --no-color load/k6/extract.js >"$STATE/$name.log" 2>&1 || rc=$?
     local ratio
     ratio="$(grep -o 'ingress [0-9]* = [0-9.]*x' "$STATE/$name.log" | grep -o '[0-9.]*x$' | tr -d x || true)"

@@ -4,8 +4,12 @@
 # PromQL parses; this one proves it would find series, i.e. catches a typo or an invented name
 # that parses perfectly and then shows "No data" forever.
 #
-#   scripts/metric-names-check.sh                       # the native lab's admin ports: 9080, 9101, 9102, 9201, 9202
+#   scripts/metric-names-check.sh                       # every replica of the native lab that is up
 #   scripts/metric-names-check.sh http://127.0.0.1:9080 http://127.0.0.1:9101 ...   # admin base URLs
+#
+# Without URLs, the admin URLs are the ones `labctl status --json` reports for the native lab (its
+# state dir: .lab, or LAB_STATE_DIR). labctl is LABCTL, else LAB_BIN_DIR/labctl, else the release
+# or the debug build in CARGO_TARGET_DIR (default target/).
 #
 # Scrapes <base>/metrics of every URL given (an unreachable one is an error: a missing replica
 # would hide its names), extracts the metric names from every `expr` in deploy/prometheus/rules/
@@ -32,8 +36,16 @@ LOG_TAG=metric-names-check LOG_ERR='metric-names-check: '
 source "$ROOT/scripts/lib/common.sh"   # die
 
 if [[ $# -eq 0 ]]; then
-  set -- http://127.0.0.1:9080 http://127.0.0.1:9101 http://127.0.0.1:9102 \
-         http://127.0.0.1:9201 http://127.0.0.1:9202
+  if [[ -z "${LABCTL:-}" ]]; then
+    for c in ${LAB_BIN_DIR:+"$LAB_BIN_DIR/labctl"} "${CARGO_TARGET_DIR:-target}"/{release,debug}/labctl; do
+      if [[ -x "$c" ]]; then LABCTL="$c"; break; fi
+    done
+  fi
+  [[ -n "${LABCTL:-}" ]] || die "no labctl to ask for the native lab's admin URLs: build it, set LABCTL, or pass the URLs"
+  urls="$("$LABCTL" status --json |
+    python3 scripts/lib/lab_status.py admin-urls)" || die "no native lab is up ($LABCTL status): start one, or pass the URLs"
+  IFS=, read -ra urls <<<"$urls"
+  set -- "${urls[@]}"
 fi
 
 command -v curl >/dev/null || die "curl is needed"

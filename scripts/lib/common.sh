@@ -21,6 +21,11 @@
 #   cargo_on_path              add ~/.cargo/bin to PATH when cargo is not on it (CI, cron, sudo)
 #   port_open HOST PORT        something accepts TCP connections there (2 s at most)
 #   wait_until SECONDS CMD...  poll CMD every 0.5 s until it succeeds (0) or time runs out (1)
+#
+# The native lab's addresses come from `labctl status --json` only (scripts/lib/lab_status.py):
+#   lab_admin_urls SERVICE LABCTL...   the admin base URLs (/metrics) of SERVICE's replicas, comma-
+#                                      separated, as the labctl that runs the lab reports them
+#                                      (LABCTL...: that binary and its global flags, e.g. --state-dir)
 
 : "${LOG_TAG:?set LOG_TAG before sourcing scripts/lib/common.sh}"
 : "${LOG_FMT:=[$LOG_TAG] %s\n}"
@@ -81,4 +86,10 @@ wait_until() {
         ((SECONDS >= deadline)) && return 1
         sleep 0.5
     done
+}
+
+lab_admin_urls() {
+    local service="$1"
+    shift
+    "$@" status --json | python3 "$LAB_LIB_DIR/lab_status.py" admin-urls "$service"
 }

@@ -547,7 +547,10 @@ ROLE_ENV = {"lab_gateway": "LAB_GATEWAY_DB_PASSWORD", "lab_entity_service": "LAB
             "lab_enrichment": "LAB_ENRICHMENT_DB_PASSWORD"}
 ROLE_SQL = "k8s/overlays/kind/postgres/role-passwords.sql"
 SECRET = "lab-database"
-# Native admin ports: public + 1000 (labctl up).
+# Native admin ports: public + 1000, the rule `labctl up` applies (services/labctl/src/supervise.rs,
+# admin_port). The committed target files are checked against it here; scripts that talk to a
+# running lab ask `labctl status --json` instead (scripts/lib/lab_status.py).
+NATIVE_ADMIN_RULE = "public + 1000: admin_port in services/labctl/src/supervise.rs"
 NATIVE_ADMIN = {"edge-gateway": [9080], "orchestrator": [9101, 9102], "entity-service": [9201, 9202],
                 "enrichment": [9301, 9302]}
 PROBES = ("livenessProbe", "readinessProbe", "startupProbe")
@@ -778,9 +781,9 @@ def check_compose():
         got = [int(t.rsplit(":", 1)[1]) for g in json.load(open(os.path.join(ROOT, f"deploy/prometheus/targets/native/{job}.json")))
                for t in g["targets"]]
         if got != ports:
-            fail(f"deploy/prometheus/targets/native/{job}.json: ports {got}, want the admin ports {ports} (public + 1000)")
+            fail(f"deploy/prometheus/targets/native/{job}.json: ports {got}, want the admin ports {ports} ({NATIVE_ADMIN_RULE})")
     print(f"  ok   compose: admin ports unpublished, every published port on 127.0.0.1, scram-sha-256, one role per service "
-          f"(passwords consistent), targets on :{ADMIN_PORT}; native targets on public + 1000")
+          f"(passwords consistent), targets on :{ADMIN_PORT}; native targets on {NATIVE_ADMIN_RULE}")
 
 
 # --- NetworkPolicy, evaluated: who may open a TCP connection to which pod and port.
