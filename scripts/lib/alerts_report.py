@@ -18,7 +18,7 @@ import re
 import sys
 import urllib.parse
 import urllib.request
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 STEP = 5  # = the evaluation interval in deploy/prometheus/prometheus.yml
 
@@ -69,7 +69,8 @@ def main(prom, work, scenario, out, keep, prom_version):
             stretches, first, prev = [], ts[0], ts[0]
             for t in ts[1:]:
                 if t - prev > STEP * 1.5:
-                    stretches.append((first, prev)); first = t
+                    stretches.append((first, prev))
+                    first = t
                 prev = t
             stretches.append((first, prev))
             res.setdefault(name, []).extend((extra, a, b) for a, b in stretches)
@@ -88,7 +89,7 @@ def main(prom, work, scenario, out, keep, prom_version):
         return f"{fmt_dur(t - fs - fl)} after the fault ended"
 
     def utc(t):
-        return datetime.fromtimestamp(t, timezone.utc).strftime("%H:%M:%S")
+        return datetime.fromtimestamp(t, UTC).strftime("%H:%M:%S")
 
     found = {}
     for mode, run in runs.items():
@@ -124,7 +125,7 @@ def main(prom, work, scenario, out, keep, prom_version):
     L.append("")
     for mode, run in runs.items():
         ph = ", ".join(f"{n} {s} s from {utc(t)}" for n, (t, s) in run["phases"].items())
-        L.append(f"- **{mode}** ({datetime.fromtimestamp(run['start'], timezone.utc):%Y-%m-%d}) window {utc(run['start'])}–{utc(run['until'])} UTC: {ph}; "
+        L.append(f"- **{mode}** ({datetime.fromtimestamp(run['start'], UTC):%Y-%m-%d}) window {utc(run['start'])}–{utc(run['until'])} UTC: {ph}; "
                  f"load ended {utc(run['load_end'])}.")
     L.append("")
     L.append("| Alert | severity | for | legacy | resilient | fires only in legacy |")

@@ -11,6 +11,7 @@
 #   nolock CMD...           CMD without fd 9 (deps.sh's lock): a daemon it leaves behind must not hold it
 
 APT_UPDATED=0
+# shellcheck disable=SC2034  # APT_INSTALLED is for the sourcing script
 APT_INSTALLED=()
 
 pkg_installed() { [[ "$(dpkg-query -W -f='${db:Status-Status}' "$1" 2>/dev/null)" == installed ]]; }
@@ -58,6 +59,7 @@ apt_ensure() {
         die "apt-get install failed for: ${missing[*]} (log tail above)" \
             "run: apt-get install ${missing[*]}  and read its error"
     }
+    # shellcheck disable=SC2034  # for the sourcing script
     APT_INSTALLED=("${missing[@]}")
     step "apt: installed ${#missing[@]} package(s)"
 }

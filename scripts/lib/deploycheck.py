@@ -12,7 +12,13 @@ least-privilege KIND LEGACY ROLLOUTS HELM JOB and kind-prometheus-static OUT (11
 Each prints what it checked and every problem as "  FAIL ...", naming the file and the fix, and
 exits 1 if there was any.
 """
-import glob, json, os, re, subprocess, sys, tomllib
+import glob
+import json
+import os
+import re
+import sys
+import tomllib
+
 import yaml
 
 ROOT = os.environ["ROOT"]
@@ -221,7 +227,7 @@ def cmd_env(render_files):
     absent = [s for s in SERVICES if crate_absent(s)]
     for s in absent:
         print(f"  NOTE services/{s} is not in the tree yet: its containers are NOT checked (skipped)")
-    print(f"  services read: " + "; ".join(f"{s}: {len(valid_env(s)[0])} names" for s in SERVICES if s not in absent)
+    print("  services read: " + "; ".join(f"{s}: {len(valid_env(s)[0])} names" for s in SERVICES if s not in absent)
           + f"; labctl: {sorted(labctl_env())}")
     skipped = 0
     # compose
@@ -288,15 +294,18 @@ def diff_objects(a_label, a, b_label, b):
     ok = True
     for key in sorted(set(a) | set(b)):
         if key not in a:
-            fail(f"{key[0]}/{key[1]} only in {b_label}"); ok = False
+            fail(f"{key[0]}/{key[1]} only in {b_label}")
+            ok = False
         elif key not in b:
-            fail(f"{key[0]}/{key[1]} only in {a_label}"); ok = False
+            fail(f"{key[0]}/{key[1]} only in {a_label}")
+            ok = False
         elif a[key] != b[key]:
             ja = json.dumps(a[key], indent=1, sort_keys=True).splitlines()
             jb = json.dumps(b[key], indent=1, sort_keys=True).splitlines()
             import difflib
             d = "\n".join(list(difflib.unified_diff(ja, jb, a_label, b_label, lineterm=""))[:40])
-            fail(f"{key[0]}/{key[1]} differs between {a_label} and {b_label}:\n{d}"); ok = False
+            fail(f"{key[0]}/{key[1]} differs between {a_label} and {b_label}:\n{d}")
+            ok = False
     return ok
 
 
@@ -363,7 +372,7 @@ def cmd_promql(rendered):
 # ------------------------------------------------------------------ Dockerfile inputs
 def cmd_docker_inputs():
     df = read("deploy/docker/Dockerfile")
-    ignore = [l.strip() for l in read(".dockerignore").splitlines() if l.strip() and not l.startswith("#")]
+    ignore = [line.strip() for line in read(".dockerignore").splitlines() if line.strip() and not line.startswith("#")]
     copies = re.findall(r"^COPY (?!--from)(.+?) \S+$", df, re.M)
     copied = set()
     for c in copies:
@@ -386,8 +395,8 @@ def cmd_docker_inputs():
         covered = any(r == c.rstrip("/") or r.startswith(c.rstrip("/") + "/") for c in copied)
         if not covered:
             fail(f"the code embeds {r} at compile time but deploy/docker/Dockerfile does not COPY it")
-        allowed = any(l == "!" + r or l == "!" + r + "/" or ("!" + r).startswith(l.rstrip("/") + "/") and l.startswith("!")
-                      for l in ignore)
+        allowed = any(i == "!" + r or i == "!" + r + "/" or ("!" + r).startswith(i.rstrip("/") + "/") and i.startswith("!")
+                      for i in ignore)
         if not allowed:
             fail(f"the code embeds {r} at compile time but .dockerignore does not let it through")
     print(f"  compile-time inputs outside the crates: {sorted(need)}; COPY and .dockerignore cover them")
@@ -450,7 +459,7 @@ def cmd_prometheus():
     genv = g.get("environment", {})
     for f in glob.glob(os.path.join(ROOT, "grafana/provisioning/**/*.y*ml"), recursive=True):
         text = open(f).read()
-        code = "\n".join(l.split(" #")[0] for l in text.splitlines() if not l.lstrip().startswith("#"))
+        code = "\n".join(line.split(" #")[0] for line in text.splitlines() if not line.lstrip().startswith("#"))
         for var in sorted(set(re.findall(r"\$\{(\w+)\}", code)) - set(genv)):
             fail(f"{rel(f)} uses ${{{var}}} but docker-compose.yml sets no {var} for grafana")
         for doc in yaml.safe_load_all(text):
@@ -625,7 +634,7 @@ def check_admin_list(where, env):
     adm = [u.strip() for u in (env.get("LAB_UPSTREAM__ORCHESTRATORS_ADMIN") or "").split(",") if u.strip()]
     if len(pub) != len(adm):
         fail(f"{where}: LAB_UPSTREAM__ORCHESTRATORS_ADMIN has {len(adm)} URLs for {len(pub)} orchestrators")
-    for p, a in zip(pub, adm):
+    for p, a in zip(pub, adm, strict=False):   # unequal lengths are reported just above
         if split_url(p)[2] != split_url(a)[2] or split_url(a)[3] != ADMIN_PORT:
             fail(f"{where}: admin URL {a} is not {split_url(p)[2]}:{ADMIN_PORT} (parallel to {p})")
 
@@ -676,7 +685,7 @@ def check_kind_database(docs):
     if secret_key_of(env.get("POSTGRES_PASSWORD")) != (SECRET, "postgres"):
         fail(f"kind StatefulSet/postgres: POSTGRES_PASSWORD must come from Secret {SECRET} key postgres")
     sec = [d for d in docs if d.get("kind") == "Secret" and d["metadata"]["name"] == SECRET]
-    keys = set((sec[0].get("stringData") or sec[0].get("data") or {})) if sec else set()
+    keys = set(sec[0].get("stringData") or sec[0].get("data") or {}) if sec else set()
     if keys != {"postgres"} | set(ROLE_ENV):
         fail(f"kind Secret/{SECRET}: keys {sorted(keys)} != postgres + {sorted(ROLE_ENV)}")
     elif "lab-only" not in json.dumps(sec[0]["metadata"]):
