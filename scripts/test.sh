@@ -76,6 +76,7 @@ step "toolchain: $(cargo --version), $(cargo fmt --version), $(cargo clippy --ve
 # --- checks, cheapest first -------------------------------------------------------------------
 run_step fmt "run 'cargo fmt --all' and commit the result" \
     cargo fmt --all -- --check
+run_step lint "see scripts/lint.sh's output above (ruff, shellcheck, node --check, script shape)" bash scripts/lint.sh
 run_step clippy "fix the clippy findings above (warnings are errors here)" \
     cargo clippy --workspace --all-targets -- -D warnings
 # Real offline tools over the non-Rust artefacts: promtool (rules, unit tests, every dashboard
