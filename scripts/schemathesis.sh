@@ -2,7 +2,7 @@
 # scripts/schemathesis.sh — fuzz a real edge-gateway against the OpenAPI document it serves.
 #
 # 1. Installs schemathesis (pinned) into a venv under $LAB_TOOLS_DIR/venvs (once; idempotent).
-# 2. Starts the in-process lab (crates/lab-e2e/examples/schemathesis_lab.rs): gateway,
+# 2. Starts the in-process lab (tests/lab-e2e/examples/schemathesis_lab.rs): gateway,
 #    orchestrator and entity-service on 127.0.0.1 over a fresh database on the local PostgreSQL,
 #    rate limiting in the local Redis, one tenant with an API key and a plan rate the fuzzer
 #    cannot reach.

@@ -148,14 +148,22 @@ def valid_env(service):
     return names | {"LAB_CONFIG_FILE"}, set(toml)
 
 
+# labctl's flags live in labctl and in the lab-* crates it is a command line over (lab-native's
+# UpArgs, lab-load's LoadArgs, ...): their clap `env = "LAB_..."` are labctl's variables.
+LABCTL_SOURCES = ["services/labctl/src"] + sorted(
+    os.path.join("crates", d, "src") for d in os.listdir(os.path.join(ROOT, "crates")) if d.startswith("lab-")
+)
+
+
 def labctl_env():
     # Every clap `env = "LAB_..."` in labctl's sources (subcommands declare their own).
     names = set()
-    for dirpath, _, files in os.walk(os.path.join(ROOT, "services/labctl/src")):
-        for f in files:
-            if f.endswith(".rs"):
-                src = open(os.path.join(dirpath, f), encoding="utf-8").read()
-                names |= set(re.findall(r'env\s*=\s*"(LAB_\w+)"', src))
+    for top in LABCTL_SOURCES:
+        for dirpath, _, files in os.walk(os.path.join(ROOT, top)):
+            for f in files:
+                if f.endswith(".rs"):
+                    src = open(os.path.join(dirpath, f), encoding="utf-8").read()
+                    names |= set(re.findall(r'env\s*=\s*"(LAB_\w+)"', src))
     return names
 
 
@@ -199,7 +207,7 @@ def check_env_set(where, binary, env, args=None):
                      f"({'unknown key in [' + section + ']' if section in sections else 'no such section'}; "
                      f"valid: services/{binary}/config/defaults.toml)")
         elif name not in valid:
-            fail(f"{where}: {name} is not a labctl variable (services/labctl/src/)")
+            fail(f"{where}: {name} is not a labctl variable ({', '.join(LABCTL_SOURCES)})")
     for name in sorted(REQUIRED[binary] - set(env)):
         fail(f"{where}: required {name} is not set for {binary}")
 
@@ -556,10 +564,10 @@ ROLE_ENV = {"lab_gateway": "LAB_GATEWAY_DB_PASSWORD", "lab_entity_service": "LAB
             "lab_enrichment": "LAB_ENRICHMENT_DB_PASSWORD"}
 ROLE_SQL = "k8s/overlays/kind/postgres/role-passwords.sql"
 SECRET = "lab-database"
-# Native admin ports: public + 1000, the rule `labctl up` applies (services/labctl/src/supervise.rs,
+# Native admin ports: public + 1000, the rule `labctl up` applies (crates/lab-native/src/supervise.rs,
 # admin_port). The committed target files are checked against it here; scripts that talk to a
 # running lab ask `labctl status --json` instead (scripts/lib/lab_status.py).
-NATIVE_ADMIN_RULE = "public + 1000: admin_port in services/labctl/src/supervise.rs"
+NATIVE_ADMIN_RULE = "public + 1000: admin_port in crates/lab-native/src/supervise.rs"
 NATIVE_ADMIN = {"edge-gateway": [9080], "orchestrator": [9101, 9102], "entity-service": [9201, 9202],
                 "enrichment": [9301, 9302]}
 PROBES = ("livenessProbe", "readinessProbe", "startupProbe")

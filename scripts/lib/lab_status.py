@@ -2,7 +2,7 @@
 """The native lab's replicas, their admin (metrics) addresses and health, read only from what
 `labctl status --json` prints (issue 25: "metrics addresses come only from labctl status --json").
 
-labctl decides each replica's admin port (services/labctl/src/supervise.rs, admin_port) and prints
+labctl decides each replica's admin port (crates/lab-native/src/supervise.rs, admin_port) and prints
 it as admin_url; nothing here computes a port. Used by scripts/lib/common.sh (lab_admin_urls:
 flood-check.sh, k6-check.sh), metric-names-check.sh and alerts-gameday.sh. Reads the JSON on stdin:
 
