@@ -20,15 +20,7 @@
 mod dbstatus;
 mod extract;
 mod flags;
-mod gameday;
 mod kafka;
-mod progress;
-/// Tests that load PostgreSQL hard and measure what it does (the real trigger's plans and
-/// latencies, the replay's fidelity) take turns: run side by side they would measure each other.
-#[cfg(test)]
-static HEAVY_TEST: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-#[cfg(test)]
-mod replay_test;
 mod tenants;
 mod trace;
 mod watch;
@@ -37,7 +29,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use gameday::action::{LimitsCommand, RolloutCommand};
+use lab_experiment::action::{LimitsCommand, RolloutCommand};
 use lab_native::{supervise, Lab, Log, NativeLab, Service};
 use lab_trigger::{backfill, remediate};
 
@@ -118,16 +110,16 @@ enum Command {
         args: lab_load::LoadArgs,
     },
     /// Run a game-day scenario (load/scenarios/*.yaml) against the running lab and report.
-    Gameday(gameday::GamedayArgs),
+    Gameday(lab_experiment::GamedayArgs),
     /// The lab's main job: calibrate, then replay the postmortem's morning from the real trigger
     /// in both modes (fresh labs), with a verdict per step (load/scenarios/incident.yaml).
-    Replay(gameday::replay::ReplayArgs),
+    Replay(lab_experiment::replay::ReplayArgs),
     /// Test the postmortem's claims: the fix taken apart, control by control, on the real
     /// trigger (calibrated load, stale plan, rollback, ANALYZE), every cell a fresh lab.
-    Ablate(gameday::ablate::AblateArgs),
+    Ablate(lab_experiment::ablate::AblateArgs),
     /// The metastability map: how long the plan stays stale × offered load, per mode — which
     /// cells stay failed after ANALYZE.
-    Map(gameday::map::MapArgs),
+    Map(lab_experiment::map::MapArgs),
     /// The 03:00 locale backfill: autovacuum off, populate ~40% of rows, then widen the column
     /// (drops its statistics and invalidates every cached plan: the hot lookup flips).
     Backfill(BackfillCli),
@@ -157,7 +149,7 @@ enum Command {
     /// caches start cold).
     Rollout {
         #[command(subcommand)]
-        command: gameday::action::RolloutCommand,
+        command: RolloutCommand,
     },
     /// Scale a service to N replicas (new ones cold, with their own connection slots).
     Scale {
@@ -168,7 +160,7 @@ enum Command {
     /// Resource limits of a service's replicas, enforced by the kernel (cgroups).
     Limits {
         #[command(subcommand)]
-        command: gameday::action::LimitsCommand,
+        command: LimitsCommand,
     },
     /// (internal) The supervisor process `labctl up` starts.
     #[command(hide = true)]
@@ -255,8 +247,8 @@ struct SeedCli {
 
 impl Cli {
     /// What a labctl child process (a game day's action) needs to act on the same lab.
-    fn globals(&self) -> gameday::Globals {
-        gameday::Globals {
+    fn globals(&self) -> lab_experiment::Globals {
+        lab_experiment::Globals {
             database_url: self.database_url.clone(),
             redis_url: self.redis_url.clone(),
             state_dir: self.state_dir.clone(),
@@ -378,20 +370,20 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Gameday(args) => {
             let keys = lab_seed::read_api_keys(&cli.data_dir)?;
-            gameday::run(&args, &globals, &cli.state_dir, keys).await?;
+            lab_experiment::run(&args, &globals, &cli.state_dir, keys).await?;
         }
         Command::Replay(args) => {
             let keys = lab_seed::read_api_keys(&cli.data_dir)?;
-            gameday::replay::run(&args, &globals, keys).await?;
+            lab_experiment::replay::run(&args, &globals, keys).await?;
         }
-        Command::Ablate(args) if args.list => gameday::ablate::list(),
+        Command::Ablate(args) if args.list => lab_experiment::ablate::list(),
         Command::Ablate(args) => {
             let keys = lab_seed::read_api_keys(&cli.data_dir)?;
-            gameday::ablate::run(&args, &globals, keys).await?;
+            lab_experiment::ablate::run(&args, &globals, keys).await?;
         }
         Command::Map(args) => {
             let keys = lab_seed::read_api_keys(&cli.data_dir)?;
-            gameday::map::run(&args, &globals, keys).await?;
+            lab_experiment::map::run(&args, &globals, keys).await?;
         }
         Command::Tenants { command } => tenants::run(command, &cli.database_url).await?,
         Command::Flags { command } => flags::run(command, &cli.redis_url, &cli.state_dir).await?,
@@ -400,7 +392,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Watch(args) => watch::run(&args, &cli.state_dir).await?,
         Command::Trace(args) => trace::run(&args, &cli.state_dir).await?,
         Command::Report { dir } => {
-            println!("{}", gameday::html::render(&dir)?.display());
+            println!("{}", lab_report::html::render(&dir)?.display());
         }
         Command::Rollout {
             command: RolloutCommand::Restart { service },

@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use anyhow::Context as _;
+use lab_experiment::traces::{native_api, worst};
 use lab_traces::api::Client;
 use lab_traces::store::Sort;
 use lab_traces::waterfall::{self, seconds};
@@ -42,24 +43,6 @@ pub enum TraceCommand {
         #[arg(long)]
         json: bool,
     },
-}
-
-/// The API of the running native lab's receiver.
-pub fn native_api(state_dir: &Path) -> anyhow::Result<String> {
-    let state = lab_native::supervise::read_state(state_dir)?
-        .context("no lab is up: start one with `labctl up` (or pass --api)")?;
-    state.traces_api.context(
-        "this lab runs no trace receiver (started with --trace-sample 0, or exporting to \
-         OTEL_EXPORTER_OTLP_ENDPOINT; or see the supervisor's log)",
-    )
-}
-
-/// The trace `worst` names: most orphaned, else slowest.
-pub async fn worst(api: &Client) -> anyhow::Result<Option<Summary>> {
-    if let Some(s) = api.list(Sort::Orphaned, 1).await?.into_iter().next() {
-        return Ok(Some(s));
-    }
-    Ok(api.list(Sort::Slowest, 1).await?.into_iter().next())
 }
 
 pub fn table(list: &[Summary]) -> String {
@@ -140,39 +123,4 @@ pub async fn run(args: &TraceArgs, state_dir: &Path) -> anyhow::Result<()> {
         }
     }
     Ok(())
-}
-
-/// What a run directory keeps of its worst trace (`trace-worst.json`).
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct Worst {
-    pub summary: Summary,
-    pub spans: Vec<lab_traces::SpanRecord>,
-}
-
-pub const WORST_FILE: &str = "trace-worst.json";
-
-/// Keep the running native lab's worst trace in `dir` (`trace-worst.json`, and the waterfall as
-/// `trace-worst.txt`); `None` when the lab has no receiver or it holds no trace. Called at the
-/// end of a game day or replay run, before the lab goes down with its receiver.
-pub async fn save_worst(state_dir: &Path, dir: &Path) -> anyhow::Result<Option<Summary>> {
-    let Ok(base) = native_api(state_dir) else {
-        return Ok(None);
-    };
-    let api = Client::new(&base);
-    let Some(summary) = worst(&api).await? else {
-        return Ok(None);
-    };
-    let spans = api.trace(&summary.trace_id).await?;
-    std::fs::write(
-        dir.join("trace-worst.txt"),
-        waterfall::text(&summary.trace_id, &spans, 120),
-    )?;
-    std::fs::write(
-        dir.join(WORST_FILE),
-        serde_json::to_vec_pretty(&Worst {
-            summary: summary.clone(),
-            spans,
-        })?,
-    )?;
-    Ok(Some(summary))
 }

@@ -1,7 +1,7 @@
 //! `labctl watch`: the report's panels, live, in a terminal — for a second terminal while a game
 //! day or a replay runs, or on its own against a running lab.
 //!
-//! The same panels as `report.html` ([`crate::gameday::charts::PANELS`]), computed the same way
+//! The same panels as `report.html` ([`lab_report::charts::PANELS`]), computed the same way
 //! from the same once-a-second scrape of every replica, over the last `--window` seconds: each
 //! line its current value and a sparkline. The status line says what runs now (the game day's
 //! scenario, mode, phase and time left, from `run/gameday.json`), and how many replicas answer.
@@ -19,9 +19,9 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Paragraph};
 use ratatui::{Frame, Terminal};
 
-use crate::gameday::charts::{RunSeries, PANELS};
-use crate::gameday::engine::{self, Status, TargetSource};
-use crate::gameday::scrape::{self, Tick};
+use lab_experiment::engine::{self, Status, TargetSource};
+use lab_experiment::scrape::{self, Tick};
+use lab_report::charts::{RunSeries, PANELS};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct WatchArgs {
@@ -130,7 +130,7 @@ pub fn draw(f: &mut Frame, view: &View) {
     }
 }
 
-fn draw_panel(f: &mut Frame, area: Rect, panel: &crate::gameday::charts::Panel, run: &RunSeries) {
+fn draw_panel(f: &mut Frame, area: Rect, panel: &lab_report::charts::Panel, run: &RunSeries) {
     let inner_width = area.width.saturating_sub(2) as usize;
     let label_w = 15.min(inner_width / 2);
     let value_w = 6;
@@ -192,7 +192,7 @@ fn read_status(state_dir: &Path) -> Option<Status> {
 /// `labctl watch`.
 pub async fn run(args: &WatchArgs, state_dir: &Path) -> anyhow::Result<()> {
     let source = match &args.targets {
-        Some(list) => TargetSource::Fixed(crate::gameday::parse_targets(list).await?),
+        Some(list) => TargetSource::Fixed(lab_experiment::parse_targets(list).await?),
         None => TargetSource::Native(PathBuf::from(state_dir)),
     };
     let http = scrape::client();
@@ -216,7 +216,7 @@ pub async fn run(args: &WatchArgs, state_dir: &Path) -> anyhow::Result<()> {
         }
     };
     let view = |ticks: &VecDeque<Tick>,
-                targets: &[crate::gameday::scrape::Target],
+                targets: &[lab_experiment::scrape::Target],
                 problem: Option<String>| {
         let last = ticks.back();
         let up = last.map_or(0, |t| t.scrapes.iter().filter(|s| s.is_some()).count());
@@ -303,7 +303,7 @@ mod tests {
     use super::*;
 
     fn fixture_view(status: Option<Status>) -> View {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/gameday-fixture");
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../crates/lab-report/testdata/gameday-fixture");
         let run = RunSeries::read(&dir.join("series.jsonl"), Vec::new(), Vec::new()).unwrap();
         let known = run.targets.len();
         View {

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 
-use super::scrape::Target;
+use crate::scrape::Target;
 
 /// Services a game day needs at least one replica of: the request path.
 const REQUIRED: [&str; 3] = ["edge-gateway", "orchestrator", "entity-service"];

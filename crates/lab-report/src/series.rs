@@ -1,13 +1,16 @@
-//! Scraping every replica each second, and turning the series into per-phase numbers.
+//! What a run scraped — every replica each second — and the series turned into per-phase
+//! numbers. (The scraping itself is lab-experiment's.)
 //!
 //! Counters are summed as increments between consecutive scrapes of the same replica, and a
 //! counter that goes down is a restarted process (its new value is the increment) — so an
 //! OOM-killed or restarted replica does not corrupt a phase's totals.
 
 use std::collections::{BTreeMap, HashMap};
-use std::time::Duration;
 
 use serde::Serialize;
+
+/// The pseudo-service whose series are the supervisor's counters (restarts, OOM kills).
+pub const SUPERVISOR: &str = "supervisor";
 
 /// One replica of the running lab.
 #[derive(Debug, Clone, Serialize)]
@@ -37,23 +40,6 @@ pub fn parse(text: &str) -> HashMap<String, f64> {
     lab_core::exposition::samples(text)
         .map(|s| (s.series(), s.value))
         .collect()
-}
-
-pub async fn scrape_all(client: &reqwest::Client, targets: &[Target]) -> Vec<Scrape> {
-    let futs = targets.iter().map(|t| async move {
-        let resp = client.get(format!("{}/metrics", t.url)).send().await.ok()?;
-        let text = resp.text().await.ok()?;
-        Some(parse(&text))
-    });
-    futures::future::join_all(futs).await
-}
-
-pub fn client() -> reqwest::Client {
-    reqwest::Client::builder()
-        // A replica that cannot answer /metrics within a second is counted as down for that tick.
-        .timeout(Duration::from_secs(1))
-        .build()
-        .expect("HTTP client")
 }
 
 pub use lab_core::exposition::label;

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use super::scrape::Series;
+use crate::series::Series;
 use lab_load::SecondSample;
 
 /// Rows in display order: key (used by scenario expectations), label, unit.
@@ -235,13 +235,13 @@ pub fn summarize(
         phase,
         "entity-service",
         "entity_db_query_duration_seconds_sum",
-        |l| super::scrape::label(l, "query") == Some("candidate"),
+        |l| crate::series::label(l, "query") == Some("candidate"),
     );
     let cand_n = s.increase(
         phase,
         "entity-service",
         "entity_db_query_duration_seconds_count",
-        |l| super::scrape::label(l, "query") == Some("candidate"),
+        |l| crate::series::label(l, "query") == Some("candidate"),
     );
     if cand_n > 0.0 {
         put("candidate_query_mean_ms", Some(1000.0 * cand_sum / cand_n));
@@ -305,8 +305,8 @@ pub fn summarize(
                 service,
                 "lab_flag_variant",
                 |l| {
-                    super::scrape::label(l, "flag") == Some(flag)
-                        && super::scrape::label(l, "variant") == Some("off")
+                    crate::series::label(l, "flag") == Some(flag)
+                        && crate::series::label(l, "variant") == Some("off")
                 },
                 min,
             ),
@@ -334,7 +334,7 @@ pub fn summarize(
     );
     let gateway = s.increase(phase, "edge-gateway", "gateway_requests_total", all);
     let gateway_5xx = s.increase(phase, "edge-gateway", "gateway_requests_total", |l| {
-        super::scrape::label(l, "status").is_some_and(|st| st.starts_with('5'))
+        crate::series::label(l, "status").is_some_and(|st| st.starts_with('5'))
     });
     let inbound = s.increase(
         phase,
@@ -346,7 +346,7 @@ pub fn summarize(
         phase,
         "entity-service",
         "entity_service_requests_total",
-        |l| super::scrape::label(l, "status") == Some("200"),
+        |l| crate::series::label(l, "status") == Some("200"),
     );
     put("gateway_rps", Some(gateway / seconds));
     put("entity_inbound_rps", Some(inbound / seconds));
@@ -398,7 +398,7 @@ pub fn summarize(
         phase,
         "orchestrator",
         "orchestrator_cache_requests_total",
-        |l| super::scrape::label(l, "result") == Some("hit"),
+        |l| crate::series::label(l, "result") == Some("hit"),
     );
     let lookups = s.increase(
         phase,
@@ -433,10 +433,10 @@ pub fn summarize(
     // The native lab's supervisor (absent for labs labctl did not start).
     if s.targets
         .iter()
-        .any(|t| t.service == super::engine::SUPERVISOR)
+        .any(|t| t.service == crate::series::SUPERVISOR)
     {
-        let orch = |l: &str| super::scrape::label(l, "binary") == Some("orchestrator");
-        let sup = super::engine::SUPERVISOR;
+        let orch = |l: &str| crate::series::label(l, "binary") == Some("orchestrator");
+        let sup = crate::series::SUPERVISOR;
         put(
             "orchestrator_replicas_max",
             s.gauge(phase, sup, "lab_supervisor_replicas", orch, true, max),
@@ -492,7 +492,7 @@ pub fn summarize(
             phase,
             "entity-service",
             "entity_db_pool_connections",
-            |l| super::scrape::label(l, "state") == Some("in_use"),
+            |l| crate::series::label(l, "state") == Some("in_use"),
             false,
             max,
         ),
@@ -503,7 +503,7 @@ pub fn summarize(
             phase,
             "entity-service",
             "entity_db_backends",
-            |l| super::scrape::label(l, "state") == Some("active"),
+            |l| crate::series::label(l, "state") == Some("active"),
             false,
             max,
         ),
@@ -557,7 +557,7 @@ pub fn summarize(
             "enrichment_eps",
             Some(
                 s.increase(phase, "enrichment", "enrichment_events_total", |l| {
-                    super::scrape::label(l, "outcome") == Some("applied")
+                    crate::series::label(l, "outcome") == Some("applied")
                 }) / seconds,
             ),
         );
@@ -616,14 +616,14 @@ pub fn origins_run(s: &Series) -> BTreeMap<String, f64> {
 }
 
 fn origin_of_5xx(labels: &str) -> Option<String> {
-    let status = super::scrape::label(labels, "status")?;
+    let status = crate::series::label(labels, "status")?;
     if !status.starts_with('5') {
         return None;
     }
     Some(format!(
         "{}/{}",
-        super::scrape::label(labels, "hop")?,
-        super::scrape::label(labels, "origin")?
+        crate::series::label(labels, "hop")?,
+        crate::series::label(labels, "origin")?
     ))
 }
 
@@ -655,7 +655,7 @@ pub fn consistency(s: &Series, load: &lab_load::LoadReport) -> Vec<Check> {
         .sum();
     let gateway_requests = s.increase_run("edge-gateway", "gateway_requests_total", |_| true);
     let gateway_5xx = s.increase_run("edge-gateway", "gateway_requests_total", |l| {
-        super::scrape::label(l, "status").is_some_and(|st| st.starts_with('5'))
+        crate::series::label(l, "status").is_some_and(|st| st.starts_with('5'))
     });
     let origins: f64 = origins_run(s).values().sum();
     let check = |name: &str, expected: f64, got: f64| Check {

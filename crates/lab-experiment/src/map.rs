@@ -14,10 +14,10 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use super::cell::{self, CellArgs, CellResult, CellSpec};
-use super::html::{esc, head};
-use super::replay::{Calibration, Modes};
-use super::{Globals, Mode};
+use crate::cell::{self, CellArgs, CellResult, CellSpec};
+use crate::replay::{Calibration, Modes};
+use crate::{Globals, Mode};
+use lab_report::html::{esc, head};
 use lab_seed::ApiKeyRecord;
 
 #[derive(Debug, Clone, clap::Args)]

@@ -1,5 +1,5 @@
 //! `report.html`: one self-contained file per game day or replay (no network at view time) —
-//! the verdicts and the calibration as tables, and every panel of [`super::charts::PANELS`] as
+//! the verdicts and the calibration as tables, and every panel of [`crate::charts::PANELS`] as
 //! an inline SVG chart, one column per mode, phases as bands. Written from the run's own files
 //! (`summary.json`, `series.jsonl`), so `labctl report <dir>` can draw it again at any time.
 
@@ -9,10 +9,10 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use serde_json::Value;
 
-use super::charts::{self, RunSeries, PANELS};
+use crate::charts::{self, RunSeries, PANELS};
 use lab_load::SecondSample;
 
-pub(super) fn esc(s: &str) -> String {
+pub fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
@@ -188,7 +188,7 @@ fn traces(
     Ok(())
 }
 
-pub(super) fn head(html: &mut String, title: &str) {
+pub fn head(html: &mut String, title: &str) {
     let _ = writeln!(
         html,
         "<!doctype html><html><head><meta charset='utf-8'><title>{t}</title><style>{STYLE}</style>\

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
 
-use super::action::Action;
+use crate::action::Action;
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -256,7 +256,7 @@ impl Scenario {
         if total == 0 || total > 3_600 {
             bail!("phases must last 1..=3600 s in all (bounded game days), not {total}");
         }
-        let known: Vec<&str> = super::report::ROWS.iter().map(|r| r.0).collect();
+        let known: Vec<&str> = lab_report::summary::ROWS.iter().map(|r| r.0).collect();
         for (i, p) in self.phases.iter().enumerate() {
             if p.seconds == 0 {
                 bail!("phase {}: seconds must be at least 1", p.name);
@@ -355,7 +355,7 @@ impl Scenario {
 
     /// The phase the report's "peak" column shows: [`Scenario::peak`], else the phase with the
     /// highest `error_5xx_pct` in `summaries` (the first of tied ones); and whether it was named.
-    pub fn peak_phase(&self, summaries: &[&super::report::PhaseSummary]) -> (usize, bool) {
+    pub fn peak_phase(&self, summaries: &[&lab_report::summary::PhaseSummary]) -> (usize, bool) {
         if let Some(i) = self
             .peak
             .as_ref()
@@ -637,7 +637,7 @@ mod tests {
           - {name: b, seconds: 5}\n\
           - {name: c, seconds: 5}\n";
         let mut sc: Scenario = serde_norway::from_str(y).unwrap();
-        let s = |e: f64| -> super::super::report::PhaseSummary {
+        let s = |e: f64| -> lab_report::summary::PhaseSummary {
             [("error_5xx_pct".to_string(), e)].into_iter().collect()
         };
         let (a, b, c) = (s(1.0), s(100.0), s(100.0));

@@ -23,13 +23,14 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 use serde::Serialize;
 
-use super::action::Action;
-use super::engine::{self, Outcome, TargetSource};
-use super::scenario::{self, Scenario};
-use super::{act, now_s, report, Globals, Mode};
+use crate::action::Action;
+use crate::engine::{self, Outcome, TargetSource};
+use crate::scenario::{self, Scenario};
+use crate::{act, now_s, Globals, Mode};
 use lab_load::{DocSource, Docs, LoadArgs, TenantMix};
 use lab_native::Service;
 use lab_native::UpArgs;
+use lab_report::summary as report;
 use lab_seed::ApiKeyRecord;
 use lab_trigger::backfill::{Job, Step};
 
@@ -352,7 +353,7 @@ pub(super) async fn closed_loop(
 /// The largest orchestrator RSS of the running lab, MB.
 async fn orchestrator_rss_mb(g: &Globals) -> Option<f64> {
     let state = lab_native::supervise::read_state(&g.state_dir).ok()??;
-    let http = super::scrape::client();
+    let http = crate::scrape::client();
     let mut max: Option<f64> = None;
     for p in state.procs.iter().filter(|p| p.binary == "orchestrator") {
         let text = http
@@ -842,7 +843,7 @@ pub async fn run(args: &ReplayArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> any
             out.join("report.html").display()
         );
         for m in &r.modes {
-            super::fail_on_inconsistency(&m.consistency, &out)
+            crate::fail_on_inconsistency(&m.consistency, &out)
                 .with_context(|| format!("{} mode", m.mode.variant()))?;
         }
         return Ok(());
@@ -861,7 +862,7 @@ pub async fn run(args: &ReplayArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> any
         }
         reps.push(r.map_err(|e| format!("{e:#}")));
     }
-    let report = super::repeats::Repeats::of(&sc, args, &reps);
+    let report = crate::repeats::Repeats::of(&sc, args, &reps);
     let md = report.markdown();
     std::fs::write(out.join("replay.md"), &md)?;
     std::fs::write(
@@ -1011,7 +1012,7 @@ async fn replay_once(
         })?,
     )?;
     println!("\n{md}");
-    super::html::render(out)?;
+    lab_report::html::render(out)?;
     Ok(Replayed {
         calibration: cal,
         modes: reports,

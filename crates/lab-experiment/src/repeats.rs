@@ -11,9 +11,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::replay::{Calibration, ReplayArgs, Replayed, StepOutcome, StepVerdict, Verdict};
-use super::scenario::Scenario;
-use super::Mode;
+use crate::replay::{Calibration, ReplayArgs, Replayed, StepOutcome, StepVerdict, Verdict};
+use crate::scenario::Scenario;
+use crate::Mode;
 
 /// The replay's rate may move this much between calibrations ((max − min) / mean): more, and a
 /// repetition replays a different operating point, not the same morning again.

@@ -9,7 +9,7 @@ use std::path::Path;
 use anyhow::Context;
 use plotters::prelude::*;
 
-use super::scrape::{histogram_quantile, label, Scrape, Target, Tick};
+use crate::series::{histogram_quantile, label, Scrape, Target, Tick};
 use lab_load::SecondSample;
 
 /// Which series of a metric a line sums.

@@ -21,9 +21,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::repeats::Repeats;
-use super::replay::{self, Calibration, ModeReport};
-use super::scenario::Scenario;
+use crate::repeats::Repeats;
+use crate::replay::{self, Calibration, ModeReport};
+use crate::scenario::Scenario;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -9,14 +9,14 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use serde::Serialize;
 
-use super::action::Action;
-use super::report::{self, Check, PhaseSummary};
-use super::scenario::Scenario;
-use super::scrape::{self, Scrape, Series, Target, Tick};
-use super::{wait_applied, Globals, Mode};
+use crate::action::Action;
+use crate::scenario::Scenario;
+use crate::scrape::{self, Scrape, Series, Target, Tick};
+use crate::{wait_applied, Globals, Mode};
 use lab_load::{DocSource, Docs, LoadArgs, LoadReport, RateControl, TenantMix};
 use lab_native::supervise;
 use lab_native::{Log, NativeLab};
+use lab_report::summary::{self as report, Check, PhaseSummary};
 use lab_seed::ApiKeyRecord;
 
 /// Where the replicas to scrape come from.
@@ -111,8 +111,7 @@ pub fn native_targets(state_dir: &Path) -> anyhow::Result<(Vec<Target>, supervis
     Ok((t, state))
 }
 
-/// The pseudo-service whose series are the supervisor's counters.
-pub const SUPERVISOR: &str = "supervisor";
+pub use crate::scrape::SUPERVISOR;
 
 /// The supervisor's counters as a scrape: `lab_supervisor_{restarts,oom_kills,rollouts}_total`
 /// per replica, and `lab_supervisor_replicas{binary}` (replicas with a process right now).
@@ -393,11 +392,11 @@ pub async fn execute(
     for (i, p) in sc.phases.iter().enumerate() {
         let secs = seconds[i] as f64;
         let (summary, judged_from) = match p.window {
-            super::scenario::Window::Phase => (
+            crate::scenario::Window::Phase => (
                 report::summarize(&series, i, secs, &load_report.per_second, phase_starts[i]),
                 None,
             ),
-            super::scenario::Window::AfterRun => {
+            crate::scenario::Window::AfterRun => {
                 // The verdict's window starts once the phase's commands have finished: the
                 // ticks before are set apart (the window's baseline becomes the last of them).
                 let from = actions_end(&actions, &p.name).max(phase_starts[i]);
@@ -448,7 +447,7 @@ pub async fn execute(
     if let TargetSource::Native(state_dir) = &run.targets {
         // The run's worst trace, while the lab (and its receiver) is still up. A receiver that
         // does not answer costs the run its waterfall, not its report.
-        match crate::trace::save_worst(state_dir, &run.out).await {
+        match crate::traces::save_worst(state_dir, &run.out).await {
             Ok(Some(w)) => println!(
                 "worst trace {}: {} {:.1} s, {} orphan(s){} (labctl report draws it)",
                 w.trace_id,

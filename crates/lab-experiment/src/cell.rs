@@ -16,14 +16,14 @@ use std::time::Instant;
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
-use super::action::Action;
-use super::charts::{Filter, RunSeries, Q};
-use super::engine::{self, TargetSource};
-use super::replay::{self, Calibration, Modes, ReplayArgs};
-use super::scenario::{Phase, Scenario};
-use super::{Globals, Mode};
+use crate::action::Action;
+use crate::engine::{self, TargetSource};
+use crate::replay::{self, Calibration, Modes, ReplayArgs};
+use crate::scenario::{Phase, Scenario};
+use crate::{Globals, Mode};
 use lab_load::{SecondSample, TenantMix};
 use lab_native::{Service, UpArgs};
+use lab_report::charts::{Filter, RunSeries, Q};
 use lab_seed::ApiKeyRecord;
 
 /// Options every experiment shares (`labctl ablate`, `labctl map`).
@@ -102,7 +102,7 @@ impl CellArgs {
         self.out.clone().unwrap_or_else(|| {
             g.state_dir
                 .join("reports")
-                .join(format!("{command}-{}", super::now_s()))
+                .join(format!("{command}-{}", crate::now_s()))
         })
     }
 
@@ -575,7 +575,7 @@ async fn run_one(
     // The same starting point for every cell: statistics freshly analyzed (a cell cut short
     // may have left the plan stale), then a fresh lab, its memory limit, the cell's flags, and
     // the same closed-loop warm-up.
-    super::act(g, Action::ANALYZE, &log).await?;
+    crate::act(g, Action::ANALYZE, &log).await?;
     // The cell's flags before the lab boots: it boots with what the store holds, and the store
     // still holds the previous cell's (issue 24).
     let store = lab_flags::Store::new(&g.redis_url)?;
@@ -586,7 +586,7 @@ async fn run_one(
     }
     replay::fresh_lab(&ra, g).await?;
     if let Some(b) = cal.memory_limit_bytes {
-        super::act(g, Action::LimitMemory(Service::Orchestrator, Some(b)), &log).await?;
+        crate::act(g, Action::LimitMemory(Service::Orchestrator, Some(b)), &log).await?;
     }
     tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     replay::closed_loop(

@@ -1,26 +1,48 @@
-//! `labctl gameday <scenario> --mode legacy|resilient`: run a scenario against the running lab.
+//! The experiment engine: scenarios as data, run on a lab, measured, judged.
 //!
-//! The runner sets the mode and resets every other flag, starts the open-loop load, scrapes every
-//! replica's `/metrics` each second, applies each phase's flags and rate on the timeline, keeps
-//! scraping for a few seconds after the load so late orphans are counted, and prints a summary
-//! shaped like the postmortem's Performance Comparison (one column per phase). Everything — the
-//! per-second series, the summary, the load report — is written as JSON and Markdown.
+//! # Layout
+//! - [`scenario`]: scenario files (`load/scenarios/<name>.yaml`) — phases, rates, flags, the
+//!   timeline's [`action`]s, verdicts — checked when they load.
+//! - [`action`]: the typed timeline: the trigger, the remedy and the fleet's operations, run in
+//!   process through [`lab_native::Lab`].
+//! - [`engine`]: one scenario on a running lab: flags and rate per phase, the actions, the
+//!   open-loop load, a [`scrape`] of every replica each second; everything measured, returned.
+//! - [`replay`]: the main job — calibrate, then the incident in both modes on fresh labs —
+//!   and [`repeats`] (k of N); [`cell`]: one fresh-lab measurement, the unit of [`ablate`] and
+//!   [`map`].
+//! - [`targets`], [`traces`], [`progress`]: where the replicas are, the worst trace kept, the
+//!   bars a terminal shows.
+//!
+//! What a run's numbers mean and how they are drawn is lab-report's.
+//!
+//! This file is `labctl gameday <scenario> --mode legacy|resilient`: the runner sets the mode
+//! and resets every other flag, starts the open-loop load, scrapes every replica's `/metrics`
+//! each second, applies each phase's flags and rate on the timeline, keeps scraping for a few
+//! seconds after the load so late orphans are counted, and prints a summary shaped like the
+//! postmortem's Performance Comparison (one column per phase). Everything — the per-second
+//! series, the summary, the load report — is written as JSON and Markdown.
 
 pub mod ablate;
 pub mod action;
 pub mod cell;
-pub mod charts;
 pub mod engine;
-pub mod html;
 pub mod map;
+pub mod progress;
 #[cfg(test)]
 mod provenance;
 pub mod repeats;
 pub mod replay;
-pub mod report;
+#[cfg(test)]
+mod replay_test;
 pub mod scenario;
 pub mod scrape;
 mod targets;
+pub mod traces;
+
+/// Tests that load PostgreSQL hard and measure what it does (the replay's fidelity) take turns:
+/// run side by side they would measure each other.
+#[cfg(test)]
+static HEAVY_TEST: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -30,6 +52,7 @@ use serde::Serialize;
 
 use lab_load::TenantMix;
 use lab_native::supervise;
+use lab_report::{html, summary as report};
 use lab_seed::ApiKeyRecord;
 use scrape::Target;
 pub use targets::parse_targets;
