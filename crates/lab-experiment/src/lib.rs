@@ -36,6 +36,7 @@ pub mod replay;
 mod replay_test;
 pub mod scenario;
 pub mod scrape;
+pub mod smoke;
 mod targets;
 pub mod traces;
 
@@ -117,6 +118,20 @@ pub struct GamedayArgs {
     /// different seeds, or the second run finds the first's documents in the caches.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Every phase's length times this (0.1: a run a tenth as long, same shape; each phase
+    /// lasts at least 1 s).
+    #[arg(long, default_value_t = 1.0)]
+    pub time_scale: f64,
+}
+
+/// What a game day did, for a caller that runs several (`labctl scenarios check`).
+pub struct Ran {
+    /// The report's directory.
+    pub out: PathBuf,
+    pub actions: Vec<engine::ActionRun>,
+    /// Requests the load generator sent, and how many were answered at all.
+    pub sent: u64,
+    pub answered: u64,
 }
 
 #[derive(Serialize)]
@@ -152,7 +167,7 @@ pub fn now_s() -> u64 {
         .unwrap_or_default()
 }
 
-/// The global options a labctl child process needs to act on the same lab.
+/// Where an experiment finds the lab: its database, flag store, state and data.
 #[derive(Debug, Clone)]
 pub struct Globals {
     pub database_url: String,
@@ -178,7 +193,12 @@ pub async fn run(
     globals: &Globals,
     state_dir: &Path,
     keys: Vec<ApiKeyRecord>,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Ran> {
+    anyhow::ensure!(
+        args.time_scale > 0.0 && args.time_scale <= 10.0,
+        "--time-scale {}: use a factor in (0, 10]",
+        args.time_scale
+    );
     let sc = scenario::load(&args.scenario)?;
     let defs = lab_flags::Definitions::embedded();
     let mut extra = Vec::new();
@@ -235,7 +255,7 @@ pub async fn run(
         targets,
         seed: args.seed,
         out: out.clone(),
-        time_scale: 1.0,
+        time_scale: args.time_scale,
     };
     let outcome = engine::execute(&run, globals, keys).await?;
     let phases = &outcome.phases;
@@ -339,7 +359,18 @@ pub async fn run(
     if args.strict && expectations.iter().any(|e| !e.ok) {
         bail!("expectations not met (see above)");
     }
-    Ok(())
+    Ok(Ran {
+        out,
+        actions: outcome.actions,
+        sent: outcome.load.sent,
+        answered: outcome
+            .load
+            .by_status
+            .iter()
+            .filter(|(k, _)| k.parse::<u16>().is_ok())
+            .map(|(_, n)| *n)
+            .sum(),
+    })
 }
 
 /// A run whose own counts do not add up fails, loudly, after writing its report.
