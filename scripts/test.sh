@@ -2,7 +2,8 @@
 # scripts/test.sh — the one command that runs every check of retry-storm-lab:
 #   scripts/deps.sh (apt packages, PostgreSQL, Redis, tansu), then, failing fast,
 #   cargo fmt --check, cargo clippy -D warnings, the observability and deployment checks,
-#   schemathesis, k6 against a native lab, faults under load (faults-check.sh), cargo test.
+#   schemathesis, k6 against a native lab, every scenario file run (scenarios-check.sh), faults
+#   under load (faults-check.sh), cargo test.
 #
 # Usage: scripts/test.sh [extra args for cargo test]
 #   scripts/test.sh                      everything
@@ -92,6 +93,10 @@ run_step schemathesis "a 5xx is a gateway bug; a conformance failure: openapi.js
 # "downstream <= 1.2x ingress" threshold passes in resilient mode and fails in legacy (~1.5 min).
 run_step k6 "see scripts/k6-check.sh's output above (which mode broke the threshold it should keep)" \
     bash scripts/k6-check.sh
+# Every scenario file in load/scenarios run by the experiment engine, both modes, ~8 s each (~4
+# min): each completes, its timeline's actions succeed, its counts add up.
+run_step scenarios "see scripts/scenarios-check.sh's output above and its scenarios-check.md (which scenario, which mode, what failed)" \
+    bash scripts/scenarios-check.sh
 # Real faults under open-loop load in both modes, counts asserted (~6 min): PostgreSQL restarted,
 # Redis down 30 s, kill -9 of an entity-service and of an enrichment worker, rolling restarts.
 run_step faults "see scripts/faults-check.sh's output above and its report (path printed): which fault, which mode, which count" \

@@ -1,8 +1,53 @@
-//! `labctl db status`: the postmortem's "Step 2: Is the datastore healthy?" in one command — the
-//! hot statement's plan as pooled connections run it, how stale the statistics of `entities`
-//! are, and how big it has grown (../shared/design/stale-stats-trigger.md).
+//! `labctl db prepare`: create, migrate and pin the lab database. `labctl db status`: the
+//! postmortem's "Step 2: Is the datastore healthy?" in one command — the hot statement's plan as
+//! pooled connections run it, how stale the statistics of `entities` are, and how big it has
+//! grown (../shared/design/stale-stats-trigger.md).
 
+use clap::Subcommand;
 use lab_db::inspect::{self, human_bytes as bytes, DbStatus, HotParams};
+
+use crate::Globals;
+
+#[derive(Subcommand)]
+pub enum DbCommand {
+    /// Create the database if missing, run migrations, pin the planner settings.
+    Prepare,
+    /// The hot statement's generic plan as pooled connections run it, the statistics and sizes
+    /// of entities.
+    Status(StatusArgs),
+}
+
+#[derive(clap::Args)]
+pub struct StatusArgs {
+    #[arg(long)]
+    json: bool,
+    /// Tenant to execute the hot statement for (default: the median-sized tenant).
+    #[arg(long)]
+    tenant: Option<i64>,
+    #[arg(long, default_value = "organization")]
+    kind: String,
+    /// Locale tag the request carries; `none` for a request without one.
+    #[arg(long, default_value = "de-DE")]
+    locale: String,
+}
+
+pub async fn run(cmd: DbCommand, g: &Globals) -> anyhow::Result<()> {
+    match cmd {
+        DbCommand::Prepare => {
+            lab_db::prepare(&g.database_url).await?;
+            println!("database ready: {}", g.database_url);
+            Ok(())
+        }
+        DbCommand::Status(s) => {
+            let params = s.tenant.map(|tenant| HotParams {
+                tenant,
+                kind: s.kind,
+                locale: (s.locale != "none").then_some(s.locale),
+            });
+            status(&g.database_url, params, s.json).await
+        }
+    }
+}
 
 fn ago(seconds: Option<f64>) -> String {
     match seconds {
@@ -13,7 +58,7 @@ fn ago(seconds: Option<f64>) -> String {
     }
 }
 
-pub fn print(s: &DbStatus) {
+fn print(s: &DbStatus) {
     let p = &s.hot_plan;
     println!("database {}", s.database);
     println!(
@@ -94,7 +139,7 @@ pub fn print(s: &DbStatus) {
     );
 }
 
-pub async fn run(database_url: &str, params: Option<HotParams>, json: bool) -> anyhow::Result<()> {
+async fn status(database_url: &str, params: Option<HotParams>, json: bool) -> anyhow::Result<()> {
     let client = inspect::connect(database_url).await?;
     let database = lab_db::database_name(database_url)?;
     let status = inspect::status(&client, &database, params).await?;

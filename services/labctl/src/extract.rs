@@ -7,7 +7,25 @@ use std::time::{Duration, Instant};
 use lab_load::ensure_loopback;
 use lab_seed::{ApiKeyRecord, CorpusDoc};
 
-pub async fn run(
+use crate::Globals;
+
+#[derive(clap::Args)]
+pub struct ExtractArgs {
+    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    gateway: String,
+    #[arg(long, default_value_t = 3)]
+    count: usize,
+}
+
+pub async fn run(a: ExtractArgs, g: &Globals) -> anyhow::Result<()> {
+    let keys = lab_seed::read_api_keys(&g.data_dir)?;
+    let corpus = lab_seed::read_corpus(&g.data_dir)?;
+    let ok = extract(&a.gateway, a.count, &keys, &corpus).await?;
+    anyhow::ensure!(ok > 0, "no extraction succeeded");
+    Ok(())
+}
+
+async fn extract(
     gateway: &str,
     count: usize,
     keys: &[ApiKeyRecord],

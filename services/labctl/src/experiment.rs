@@ -1,0 +1,66 @@
+//! The experiments (crates/lab-experiment): `gameday`, `replay` (the main job), `ablate`, `map`,
+//! `scenarios check` (every scenario file, run at smoke length), and `report` (draw a run's
+//! report.html again from its files).
+
+use std::path::PathBuf;
+
+use lab_experiment::{ablate, map, replay, smoke};
+
+use crate::Globals;
+
+#[derive(clap::Subcommand)]
+pub enum ExperimentCommand {
+    /// Run a game-day scenario (load/scenarios/*.yaml) against the running lab and report.
+    Gameday(lab_experiment::GamedayArgs),
+    /// The lab's main job: calibrate, then replay the postmortem's morning from the real trigger
+    /// in both modes (fresh labs), with a verdict per step (load/scenarios/incident.yaml).
+    Replay(replay::ReplayArgs),
+    /// Test the postmortem's claims: the fix taken apart, control by control, on the real
+    /// trigger (calibrated load, stale plan, rollback, ANALYZE), every cell a fresh lab.
+    Ablate(ablate::AblateArgs),
+    /// The metastability map: how long the plan stays stale × offered load, per mode — which
+    /// cells stay failed after ANALYZE.
+    Map(map::MapArgs),
+    /// The scenario files in load/scenarios.
+    Scenarios {
+        #[command(subcommand)]
+        command: ScenariosCommand,
+    },
+    /// (Re)draw a game day's or a replay's report.html from its run directory.
+    Report {
+        /// The run's directory (with summary.json and series.jsonl).
+        dir: PathBuf,
+    },
+}
+
+#[derive(clap::Subcommand)]
+pub enum ScenariosCommand {
+    /// Run every scenario file, in each mode, shortened to a few seconds, on the running lab:
+    /// each must complete, its actions succeed and its counts add up (verdicts need full length).
+    Check(smoke::CheckArgs),
+}
+
+pub async fn run(cmd: ExperimentCommand, g: &Globals) -> anyhow::Result<()> {
+    let keys = || lab_seed::read_api_keys(&g.data_dir);
+    let eg = g.experiment();
+    match cmd {
+        ExperimentCommand::Gameday(args) => {
+            lab_experiment::run(&args, &eg, &g.state_dir, keys()?).await?;
+            Ok(())
+        }
+        ExperimentCommand::Replay(args) => replay::run(&args, &eg, keys()?).await,
+        ExperimentCommand::Ablate(args) if args.list => {
+            ablate::list();
+            Ok(())
+        }
+        ExperimentCommand::Ablate(args) => ablate::run(&args, &eg, keys()?).await,
+        ExperimentCommand::Map(args) => map::run(&args, &eg, keys()?).await,
+        ExperimentCommand::Scenarios {
+            command: ScenariosCommand::Check(args),
+        } => smoke::check(&args, &eg, keys()?).await,
+        ExperimentCommand::Report { dir } => {
+            println!("{}", lab_report::html::render(&dir)?.display());
+            Ok(())
+        }
+    }
+}
