@@ -64,8 +64,49 @@ fn parse_limit(s: &str) -> anyhow::Result<Limit> {
     }))
 }
 
-/// The words, as labctl parses them (no binary name: a scenario writes `scale …`, not
-/// `labctl scale …`).
+/// The fleet's operations in labctl's words: `labctl rollout|scale|limits …` at a terminal and a
+/// scenario's `run:` parse them with this one definition.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum OpsWords {
+    /// Rolling restart of a service's replicas (the postmortem's rollback: processes cycle,
+    /// caches start cold).
+    Rollout {
+        #[command(subcommand)]
+        command: RolloutCommand,
+    },
+    /// Scale a service to N replicas (new ones cold, with their own connection slots).
+    Scale {
+        service: Service,
+        #[arg(long)]
+        replicas: usize,
+    },
+    /// Resource limits of a service's replicas, enforced by the kernel (cgroups).
+    Limits {
+        #[command(subcommand)]
+        command: LimitsCommand,
+    },
+}
+
+impl OpsWords {
+    /// The action these words name (a replica count the native lab cannot run is refused).
+    pub fn action(self) -> anyhow::Result<Action> {
+        Ok(match self {
+            OpsWords::Rollout {
+                command: RolloutCommand::Restart { service },
+            } => Action::RolloutRestart(service),
+            OpsWords::Scale { service, replicas } => {
+                lab_native::ops::check_replicas(replicas)?;
+                Action::Scale(service, replicas)
+            }
+            OpsWords::Limits {
+                command: LimitsCommand::Memory { service, limit },
+            } => Action::LimitMemory(service, limit.0),
+        })
+    }
+}
+
+/// Every action's words, as labctl parses them (no binary name: a scenario writes `scale …`,
+/// not `labctl scale …`).
 #[derive(Debug, Parser)]
 #[command(no_binary_name = true, name = "action")]
 enum Words {
@@ -79,19 +120,8 @@ enum Words {
         #[command(subcommand)]
         remedy: Remedy,
     },
-    Rollout {
-        #[command(subcommand)]
-        command: RolloutCommand,
-    },
-    Scale {
-        service: Service,
-        #[arg(long)]
-        replicas: usize,
-    },
-    Limits {
-        #[command(subcommand)]
-        command: LimitsCommand,
-    },
+    #[command(flatten)]
+    Ops(OpsWords),
 }
 
 impl FromStr for Action {
@@ -112,16 +142,7 @@ impl FromStr for Action {
             Words::Backfill { reset: true, .. } => Action::Backfill(Job::Reset),
             Words::Backfill { only, .. } => Action::Backfill(Job::Backfill(only)),
             Words::Remediate { remedy } => Action::Remediate(remedy),
-            Words::Rollout {
-                command: RolloutCommand::Restart { service },
-            } => Action::RolloutRestart(service),
-            Words::Scale { service, replicas } => {
-                lab_native::ops::check_replicas(replicas)?;
-                Action::Scale(service, replicas)
-            }
-            Words::Limits {
-                command: LimitsCommand::Memory { service, limit },
-            } => Action::LimitMemory(service, limit.0),
+            Words::Ops(ops) => ops.action()?,
         })
     }
 }

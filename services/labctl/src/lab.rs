@@ -3,8 +3,8 @@
 
 use std::path::PathBuf;
 
-use lab_experiment::action::{LimitsCommand, RolloutCommand};
-use lab_native::{Lab, Log, NativeLab, Service};
+use lab_experiment::action::OpsWords;
+use lab_native::{Log, NativeLab};
 
 use crate::Globals;
 
@@ -19,23 +19,9 @@ pub enum LabCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Rolling restart of a service's replicas (the postmortem's rollback: processes cycle,
-    /// caches start cold).
-    Rollout {
-        #[command(subcommand)]
-        command: RolloutCommand,
-    },
-    /// Scale a service to N replicas (new ones cold, with their own connection slots).
-    Scale {
-        service: Service,
-        #[arg(long)]
-        replicas: usize,
-    },
-    /// Resource limits of a service's replicas, enforced by the kernel (cgroups).
-    Limits {
-        #[command(subcommand)]
-        command: LimitsCommand,
-    },
+    // rollout, scale, limits: the same words a scenario's timeline uses (one definition).
+    #[command(flatten)]
+    Ops(OpsWords),
     /// (internal) The supervisor process `labctl up` starts.
     #[command(hide = true)]
     Supervise {
@@ -45,18 +31,13 @@ pub enum LabCommand {
 }
 
 pub async fn run(cmd: LabCommand, g: &Globals) -> anyhow::Result<()> {
-    let lab = NativeLab::new(&g.state_dir, Log::stdout());
+    let log = Log::stdout();
+    let lab = NativeLab::new(&g.state_dir, log.clone());
     match cmd {
         LabCommand::Up(args) => lab_native::up(&args, &g.database_url, &g.state_dir).await,
         LabCommand::Down => lab_native::down(&g.state_dir).await,
         LabCommand::Status { json } => lab_native::status(&g.state_dir, json).await,
-        LabCommand::Rollout {
-            command: RolloutCommand::Restart { service },
-        } => lab.rollout_restart(service).await,
-        LabCommand::Scale { service, replicas } => lab.scale(service, replicas).await,
-        LabCommand::Limits {
-            command: LimitsCommand::Memory { service, limit },
-        } => lab.limit_memory(service, limit.0).await,
+        LabCommand::Ops(words) => words.action()?.run(&lab, &g.database_url, &log).await,
         LabCommand::Supervise { plan } => lab_native::supervise::supervise(&plan).await,
     }
 }
