@@ -26,17 +26,10 @@ source "$HERE/lib/common.sh"   # say, die, LAB_TOOLS_DIR, lab_admin_urls
 
 RATE="${K6_RATE:-20}"
 DURATION="${K6_DURATION:-15s}"
-TARGET="${CARGO_TARGET_DIR:-target}"
-DB="postgres://postgres@127.0.0.1:5432/retry_storm_lab_k6"
-STATE="$(mktemp -d /tmp/k6-check.XXXXXX)"
-DATA="$LAB_TOOLS_DIR/k6-data"   # the seed's files, kept with the database they match
 GW=18080 ORCH=18101 ENT=18201
-
-lab_pid="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("supervisor_pid", 0))' \
-    .lab/run/lab.json 2>/dev/null || echo 0)"
-if [[ "$lab_pid" != 0 ]] && kill -0 "$lab_pid" 2>/dev/null; then
-    die "a native lab is up (.lab): this check sets the same runtime flags; stop it first (labctl down)"
-fi
+# shellcheck source=lib/own_lab.sh
+source "$HERE/lib/own_lab.sh"   # refuse_if_lab_up, own_lab_up
+refuse_if_lab_up
 
 # --- k6 -----------------------------------------------------------------------------------------
 # shellcheck source=lib/k6.sh
@@ -45,21 +38,9 @@ ensure_k6 || die "cannot install k6"
 say "$("$K6" version | head -1)"
 
 # --- the lab --------------------------------------------------------------------------------------
-say "building the services (debug; cached after the tests)"
-cargo build --bins -q
-LABCTL=("$TARGET/debug/labctl" --database-url "$DB" --state-dir "$STATE" --data-dir "$DATA")
-# The flags live in the shared Redis: put them back, or the next native lab starts in legacy
-# mode with a dead dependency.
-cleanup() {
-    "${LABCTL[@]}" down >/dev/null 2>&1 || true
-    "${LABCTL[@]}" flags reset >/dev/null 2>&1 || true
-    rm -rf "$STATE"
-}
-trap cleanup EXIT
-"${LABCTL[@]}" seed --small --if-empty >"$STATE/seed.log" 2>&1 || { cat "$STATE/seed.log"; die "seed failed"; }
-"${LABCTL[@]}" up --gateway-port $GW --orchestrator-port $ORCH --entity-port $ENT \
-    --kafka '' --trace-sample 0 --bin-dir "$TARGET/debug" >"$STATE/up.log" 2>&1 ||
-    { cat "$STATE/up.log"; die "labctl up failed"; }
+# The lab's flags live in the shared Redis: own_lab_up's exit trap resets them, or the next
+# native lab would start in legacy mode with a dead dependency.
+own_lab_up k6 $GW $ORCH $ENT
 # Where k6 reads the counters: the admin URLs this lab's labctl reports (`status --json`).
 GW_ADMIN="$(lab_admin_urls edge-gateway "${LABCTL[@]}")" || die "labctl status --json: no gateway admin URL"
 ENT_ADMIN="$(lab_admin_urls entity-service "${LABCTL[@]}")" || die "labctl status --json: no entity-service admin URL"
@@ -76,14 +57,14 @@ run_case() {
     sleep 8
     say "$name: k6 at $RATE rps for $DURATION, every entity-service request failing"
     RATE="$RATE" DURATION="$DURATION" FAILED_MAX=1 GATEWAY="http://127.0.0.1:$GW" \
-        GATEWAY_METRICS="$GW_ADMIN" ENTITY_METRICS="$ENT_ADMIN" DATA_DIR="$DATA" \
-        "$K6" run --quiet --no-color load/k6/extract.js >"$STATE/$name.log" 2>&1 || rc=$?
+        GATEWAY_METRICS="$GW_ADMIN" ENTITY_METRICS="$ENT_ADMIN" DATA_DIR="$LAB_TOOLS_DIR/k6-data" \
+        "$K6" run --quiet --no-color load/k6/extract.js >"$OWN_LAB_STATE/$name.log" 2>&1 || rc=$?
     local ratio
-    ratio="$(grep -o 'ingress [0-9]* = [0-9.]*x' "$STATE/$name.log" | grep -o '[0-9.]*x$' | tr -d x || true)"
+    ratio="$(grep -o 'ingress [0-9]* = [0-9.]*x' "$OWN_LAB_STATE/$name.log" | grep -o '[0-9.]*x$' | tr -d x || true)"
     say "$name: k6 exit $rc, amplification ${ratio:-?}x (entity-service inbound / gateway ingress)"
     if [[ "$rc" != "$want_rc" ]] || [[ -z "$ratio" ]] ||
        ! python3 -c "import sys; r=float(sys.argv[1]); sys.exit(0 if ($ratio_test) else 1)" "$ratio"; then
-        tail -n 40 "$STATE/$name.log" >&2
+        tail -n 40 "$OWN_LAB_STATE/$name.log" >&2
         die "$name: expected k6 exit $want_rc and amplification with ($ratio_test), got exit $rc and ${ratio:-nothing}"
     fi
 }

@@ -22,37 +22,19 @@ source "$HERE/lib/common.sh"   # say, die, LAB_TOOLS_DIR
 
 SECONDS_EACH="${SCENARIOS_SECONDS:-8}"
 RATE="${SCENARIOS_RATE:-20}"
-TARGET="${CARGO_TARGET_DIR:-target}"
-DB="postgres://postgres@127.0.0.1:5432/retry_storm_lab_scenarios"
-STATE="$(mktemp -d /tmp/scenarios-check.XXXXXX)"
-DATA="$LAB_TOOLS_DIR/scenarios-data"   # the seed's files, kept with the database they match
 OUT="${SCENARIOS_OUT:-.lab/reports/scenarios-check-$(date +%s)}"
 GW=21080 ORCH=21101 ENT=21201
 
 if ! [[ "$SECONDS_EACH" =~ ^[0-9]+$ ]] || ((SECONDS_EACH < 2 || SECONDS_EACH > 120)); then
     die "SCENARIOS_SECONDS must be 2..120"
 fi
-lab_pid="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("supervisor_pid", 0))' \
-    .lab/run/lab.json 2>/dev/null || echo 0)"
-if [[ "$lab_pid" != 0 ]] && kill -0 "$lab_pid" 2>/dev/null; then
-    die "a native lab is up (.lab): this check sets the same runtime flags; stop it first (labctl down)"
-fi
+# shellcheck source=lib/own_lab.sh
+source "$HERE/lib/own_lab.sh"   # refuse_if_lab_up, own_lab_up
+refuse_if_lab_up
 
-say "building the services (debug; cached after the tests)"
-cargo build --bins -q
-LABCTL=("$TARGET/debug/labctl" --database-url "$DB" --state-dir "$STATE" --data-dir "$DATA")
-# The flags live in the shared Redis: put them back, or the next native lab starts in whatever
-# mode the last scenario left.
-cleanup() {
-    "${LABCTL[@]}" down >/dev/null 2>&1 || true
-    "${LABCTL[@]}" flags reset >/dev/null 2>&1 || true
-    rm -rf "$STATE"
-}
-trap cleanup EXIT
-"${LABCTL[@]}" seed --small --if-empty >"$STATE/seed.log" 2>&1 || { cat "$STATE/seed.log"; die "seed failed"; }
-"${LABCTL[@]}" up --gateway-port $GW --orchestrator-port $ORCH --entity-port $ENT \
-    --kafka '' --trace-sample 0 --bin-dir "$TARGET/debug" >"$STATE/up.log" 2>&1 ||
-    { cat "$STATE/up.log"; die "labctl up failed"; }
+# The flags live in the shared Redis: own_lab_up's exit trap resets them, or the next native lab
+# would start in whatever mode the last scenario left.
+own_lab_up scenarios $GW $ORCH $ENT
 say "every scenario in both modes, ~${SECONDS_EACH} s each at $RATE rps (report: $OUT)"
 "${LABCTL[@]}" scenarios check --seconds "$SECONDS_EACH" --rate "$RATE" \
     --gateway "http://127.0.0.1:$GW" --out "$OUT"
