@@ -200,18 +200,7 @@ pub async fn run(
         args.time_scale
     );
     let sc = scenario::load(&args.scenario)?;
-    let defs = lab_flags::Definitions::embedded();
-    let mut extra = Vec::new();
-    for f in &args.flags {
-        let (flag, variant) = f
-            .split_once('=')
-            .with_context(|| format!("--flag {f:?}: use flag=variant"))?;
-        defs.check(flag, variant)?;
-        if flag == "client.mode" {
-            bail!("--flag client.mode: use --mode");
-        }
-        extra.push((flag.to_string(), variant.to_string()));
-    }
+    let extra = extra_flags(&args.flags)?;
     let targets = match &args.targets {
         Some(list) => engine::TargetSource::Fixed(parse_targets(list).await?),
         None => engine::TargetSource::Native(state_dir.to_path_buf()),
@@ -259,82 +248,19 @@ pub async fn run(
     };
     let outcome = engine::execute(&run, globals, keys).await?;
     let phases = &outcome.phases;
-    let expectations: Vec<ExpectationResult> = sc
-        .expect
-        .get(args.mode.variant())
-        .map(|checks| {
-            checks
-                .iter()
-                .map(|(metric, e)| {
-                    let value = phases
-                        .iter()
-                        .find(|p| p.name == e.phase)
-                        .and_then(|p| p.summary.get(metric).copied());
-                    let ok = value.is_some_and(|v| {
-                        e.min.is_none_or(|m| v >= m) && e.max.is_none_or(|m| v <= m)
-                    });
-                    ExpectationResult {
-                        metric: metric.clone(),
-                        phase: e.phase.clone(),
-                        min: e.min,
-                        max: e.max,
-                        value,
-                        ok,
-                    }
-                })
-                .collect()
-        })
-        .unwrap_or_default();
+    let expectations = expectations(&sc, args.mode, phases);
     let restarts_after = restarts()?.max(restarts_before);
 
-    let title = format!(
-        "{} — {} mode{} ({:.0} rps base, {} tenant mix)",
-        sc.name,
-        args.mode.variant(),
-        if extra.is_empty() {
-            String::new()
-        } else {
-            format!(", flags {}", args.flags.join(" "))
-        },
+    let md = markdown(
+        &sc,
+        args,
+        &extra,
         base_rate,
-        match tenants {
-            TenantMix::Uniform => "uniform",
-            TenantMix::Size => "size",
-        }
+        tenants,
+        &outcome,
+        restarts_after - restarts_before,
+        &expectations,
     );
-    let phase_names: Vec<(String, u64)> =
-        phases.iter().map(|p| (p.name.clone(), p.seconds)).collect();
-    let summaries: Vec<report::PhaseSummary> = phases.iter().map(|p| p.summary.clone()).collect();
-    let mut md = report::markdown(&title, &phase_names, &summaries);
-    let per_phase_origins: Vec<_> = phases
-        .iter()
-        .map(|p| p.errors_5xx_by_origin.clone())
-        .collect();
-    md.push_str(&report::origins_markdown(
-        &phase_names,
-        &per_phase_origins,
-        &outcome.consistency,
-    ));
-    md.push_str(&format!(
-        "\nLoad: {} sent, by status {:?}. Replica restarts during the run: {}.\n",
-        outcome.load.sent,
-        outcome.load.by_status,
-        restarts_after - restarts_before
-    ));
-    if !expectations.is_empty() {
-        md.push_str("\nExpectations for this mode:\n\n");
-        for e in &expectations {
-            md.push_str(&format!(
-                "- {} {} in {}: {} (expected {}..{})\n",
-                if e.ok { "PASS" } else { "FAIL" },
-                e.metric,
-                e.phase,
-                e.value.map_or("—".into(), |v| format!("{v:.2}")),
-                e.min.map_or("".into(), |v| format!("{v}")),
-                e.max.map_or("".into(), |v| format!("{v}")),
-            ));
-        }
-    }
     println!("\n{md}");
     let report = Report {
         scenario: &sc,
@@ -371,6 +297,118 @@ pub async fn run(
             .map(|(_, n)| *n)
             .sum(),
     })
+}
+
+/// `--flag flag=variant`, each checked against the flag definitions (`client.mode` is `--mode`'s).
+fn extra_flags(flags: &[String]) -> anyhow::Result<Vec<(String, String)>> {
+    let defs = lab_flags::Definitions::embedded();
+    let mut extra = Vec::new();
+    for f in flags {
+        let (flag, variant) = f
+            .split_once('=')
+            .with_context(|| format!("--flag {f:?}: use flag=variant"))?;
+        defs.check(flag, variant)?;
+        if flag == "client.mode" {
+            bail!("--flag client.mode: use --mode");
+        }
+        extra.push((flag.to_string(), variant.to_string()));
+    }
+    Ok(extra)
+}
+
+/// The scenario's expected ranges for `mode`, each against what its phase measured.
+fn expectations(
+    sc: &scenario::Scenario,
+    mode: Mode,
+    phases: &[engine::PhaseReport],
+) -> Vec<ExpectationResult> {
+    sc.expect
+        .get(mode.variant())
+        .map(|checks| {
+            checks
+                .iter()
+                .map(|(metric, e)| {
+                    let value = phases
+                        .iter()
+                        .find(|p| p.name == e.phase)
+                        .and_then(|p| p.summary.get(metric).copied());
+                    let ok = value.is_some_and(|v| {
+                        e.min.is_none_or(|m| v >= m) && e.max.is_none_or(|m| v <= m)
+                    });
+                    ExpectationResult {
+                        metric: metric.clone(),
+                        phase: e.phase.clone(),
+                        min: e.min,
+                        max: e.max,
+                        value,
+                        ok,
+                    }
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The game day's summary.md: the phases' table, the 5xx by origin, the load, the expectations.
+#[allow(clippy::too_many_arguments)] // one report, written from what run() has at hand
+fn markdown(
+    sc: &scenario::Scenario,
+    args: &GamedayArgs,
+    extra: &[(String, String)],
+    base_rate: f64,
+    tenants: TenantMix,
+    outcome: &engine::Outcome,
+    restarts: u32,
+    expectations: &[ExpectationResult],
+) -> String {
+    let phases = &outcome.phases;
+    let title = format!(
+        "{} — {} mode{} ({:.0} rps base, {} tenant mix)",
+        sc.name,
+        args.mode.variant(),
+        if extra.is_empty() {
+            String::new()
+        } else {
+            format!(", flags {}", args.flags.join(" "))
+        },
+        base_rate,
+        match tenants {
+            TenantMix::Uniform => "uniform",
+            TenantMix::Size => "size",
+        }
+    );
+    let phase_names: Vec<(String, u64)> =
+        phases.iter().map(|p| (p.name.clone(), p.seconds)).collect();
+    let summaries: Vec<report::PhaseSummary> = phases.iter().map(|p| p.summary.clone()).collect();
+    let mut md = report::markdown(&title, &phase_names, &summaries);
+    let per_phase_origins: Vec<_> = phases
+        .iter()
+        .map(|p| p.errors_5xx_by_origin.clone())
+        .collect();
+    md.push_str(&report::origins_markdown(
+        &phase_names,
+        &per_phase_origins,
+        &outcome.consistency,
+    ));
+    md.push_str(&format!(
+        "\nLoad: {} sent, by status {:?}. Replica restarts during the run: {}.\n",
+        outcome.load.sent, outcome.load.by_status, restarts
+    ));
+    if !expectations.is_empty() {
+        md.push_str("\nExpectations for this mode:\n\n");
+        for e in expectations {
+            md.push_str(&format!(
+                "- {} {} in {}: {} (expected {}..{})\n",
+                if e.ok { "PASS" } else { "FAIL" },
+                e.metric,
+                e.phase,
+                e.value.map_or("—".into(), |v| format!("{v:.2}")),
+                e.min.map_or("".into(), |v| format!("{v}")),
+                e.max.map_or("".into(), |v| format!("{v}")),
+            ));
+        }
+    }
+    md
 }
 
 /// A run whose own counts do not add up fails, loudly, after writing its report.
