@@ -388,19 +388,50 @@ pub async fn execute(
         targets: &targets,
         ticks: &ticks,
     };
+    let phases = phase_reports(
+        sc,
+        &seconds,
+        &phase_starts,
+        &series,
+        &load_report.per_second,
+        &actions,
+    );
+    let consistency = report::consistency(&series, &load_report);
+    write_series(&run.out.join("series.jsonl"), &targets, &ticks)?;
+    keep_worst_trace(run).await;
+    Ok(Outcome {
+        phases,
+        targets,
+        load: load_report,
+        consistency,
+        actions,
+    })
+}
+
+/// Each phase's summary over its window (for `window: after-run`, from when the phase's actions
+/// ended), its 5xx by origin, and amplification against the first phase.
+fn phase_reports(
+    sc: &Scenario,
+    seconds: &[u64],
+    phase_starts: &[f64],
+    series: &Series,
+    load: &[lab_load::SecondSample],
+    actions: &[ActionRun],
+) -> Vec<PhaseReport> {
     let mut phases = Vec::new();
     for (i, p) in sc.phases.iter().enumerate() {
         let secs = seconds[i] as f64;
         let (summary, judged_from) = match p.window {
             crate::scenario::Window::Phase => (
-                report::summarize(&series, i, secs, &load_report.per_second, phase_starts[i]),
+                report::summarize(series, i, secs, load, phase_starts[i]),
                 None,
             ),
             crate::scenario::Window::AfterRun => {
                 // The verdict's window starts once the phase's commands have finished: the
                 // ticks before are set apart (the window's baseline becomes the last of them).
-                let from = actions_end(&actions, &p.name).max(phase_starts[i]);
-                let judged: Vec<Tick> = ticks
+                let from = actions_end(actions, &p.name).max(phase_starts[i]);
+                let judged: Vec<Tick> = series
+                    .ticks
                     .iter()
                     .map(|t| Tick {
                         t: t.t,
@@ -413,14 +444,11 @@ pub async fn execute(
                     })
                     .collect();
                 let s = Series {
-                    targets: &targets,
+                    targets: series.targets,
                     ticks: &judged,
                 };
                 let left = (phase_starts[i] + secs - from).max(0.0);
-                (
-                    report::summarize(&s, i, left, &load_report.per_second, from),
-                    Some(from),
-                )
+                (report::summarize(&s, i, left, load, from), Some(from))
             }
         };
         phases.push(PhaseReport {
@@ -429,7 +457,7 @@ pub async fn execute(
             start: phase_starts[i],
             judged_from,
             summary,
-            errors_5xx_by_origin: report::origins(&series, i),
+            errors_5xx_by_origin: report::origins(series, i),
         });
     }
     if let Some(first) = phases
@@ -442,11 +470,13 @@ pub async fn execute(
             }
         }
     }
-    let consistency = report::consistency(&series, &load_report);
-    write_series(&run.out.join("series.jsonl"), &targets, &ticks)?;
+    phases
+}
+
+/// The run's worst trace, kept beside its report while the lab (and its receiver) is still up.
+/// A receiver that does not answer costs the run its waterfall, not its report.
+async fn keep_worst_trace(run: &Run<'_>) {
     if let TargetSource::Native(state_dir) = &run.targets {
-        // The run's worst trace, while the lab (and its receiver) is still up. A receiver that
-        // does not answer costs the run its waterfall, not its report.
         match crate::traces::save_worst(state_dir, &run.out).await {
             Ok(Some(w)) => println!(
                 "worst trace {}: {} {:.1} s, {} orphan(s){} (labctl report draws it)",
@@ -463,13 +493,6 @@ pub async fn execute(
             Err(e) => eprintln!("the run's worst trace was not kept: {e:#}"),
         }
     }
-    Ok(Outcome {
-        phases,
-        targets,
-        load: load_report,
-        consistency,
-        actions,
-    })
 }
 
 /// What a running game day is doing, for `labctl watch` (`run/gameday.json` of the native lab).
