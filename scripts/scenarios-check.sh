@@ -35,7 +35,14 @@ refuse_if_lab_up
 # The flags live in the shared Redis: own_lab_up's exit trap resets them, or the next native lab
 # would start in whatever mode the last scenario left.
 own_lab_up scenarios $GW $ORCH $ENT
-say "every scenario in both modes, ~${SECONDS_EACH} s each at $RATE rps (report: $OUT)"
+say "every scenario in both modes, ~${SECONDS_EACH} s each at $RATE rps (report: $OUT; log: $OUT.log)"
+mkdir -p "$(dirname "$OUT")"
+rc=0
 "${LABCTL[@]}" scenarios check --seconds "$SECONDS_EACH" --rate "$RATE" \
-    --gateway "http://127.0.0.1:$GW" --out "$OUT"
+    --gateway "http://127.0.0.1:$GW" --out "$OUT" >"$OUT.log" 2>&1 || rc=$?
+if [[ -f "$OUT/scenarios-check.md" ]]; then cat "$OUT/scenarios-check.md"; fi
+if ((rc != 0)); then
+    tail -n 40 "$OUT.log" >&2
+    die "a scenario run failed (exit $rc): see the table above and $OUT.log"
+fi
 say "every scenario ran: actions succeeded, counts add up"
