@@ -58,6 +58,16 @@ pub async fn run(s: SeedCli, g: &Globals) -> anyhow::Result<()> {
                 );
                 args.force = true;
             }
+            // Another data dir (another checkout) seeded this database since: its keys are not
+            // these files' keys, and every request with them would be refused (401).
+            Seeded::Mismatched { matching, keys } => {
+                println!(
+                    "the database is seeded but only {matching} of the {keys} API keys in {} are \
+                     its keys (another checkout reseeded it?): reseeding",
+                    g.data_dir.display()
+                );
+                args.force = true;
+            }
             Seeded::No => {}
         }
     }
@@ -66,23 +76,50 @@ pub async fn run(s: SeedCli, g: &Globals) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// What of the data set exists: the database's entities, the seed's files on disk.
+/// What of the data set exists: the database's entities, the seed's files on disk, and whether
+/// the files' API keys are the database's.
 enum Seeded {
     Both,
     DatabaseOnly,
+    Mismatched { matching: usize, keys: usize },
     No,
 }
 
 async fn seeded(database_url: &str, data_dir: &std::path::Path) -> anyhow::Result<Seeded> {
+    use sha2::{Digest, Sha256};
     lab_db::prepare(database_url).await?;
     let mut conn = lab_db::connect(database_url).await?;
     let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM (SELECT 1 FROM entities LIMIT 1) t")
         .fetch_one(&mut conn)
         .await?;
     let files = data_dir.join("api-keys.json").exists() && data_dir.join("corpus.jsonl").exists();
-    Ok(match (n > 0, files) {
-        (true, true) => Seeded::Both,
-        (true, false) => Seeded::DatabaseOnly,
-        (false, _) => Seeded::No,
+    if n == 0 {
+        return Ok(Seeded::No);
+    }
+    if !files {
+        return Ok(Seeded::DatabaseOnly);
+    }
+    let stored: std::collections::HashMap<String, Vec<u8>> =
+        sqlx::query_as::<_, (String, Vec<u8>)>("SELECT key_id, key_sha256 FROM api_keys")
+            .fetch_all(&mut conn)
+            .await?
+            .into_iter()
+            .collect();
+    let keys = lab_seed::read_api_keys(data_dir)?;
+    let matching = keys
+        .iter()
+        .filter(|k| {
+            stored
+                .get(&k.key_id)
+                .is_some_and(|h| h.as_slice() == Sha256::digest(k.api_key.as_bytes()).as_slice())
+        })
+        .count();
+    Ok(if matching == keys.len() && !keys.is_empty() {
+        Seeded::Both
+    } else {
+        Seeded::Mismatched {
+            matching,
+            keys: keys.len(),
+        }
     })
 }
