@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+use futures::FutureExt;
 use serde::Serialize;
 
 use crate::action::Action;
@@ -15,7 +16,7 @@ use crate::scrape::{self, Scrape, Series, Target, Tick};
 use crate::{wait_applied, Globals, Mode};
 use lab_load::{DocSource, Docs, LoadArgs, LoadReport, RateControl, TenantMix};
 use lab_native::supervise;
-use lab_native::{Log, NativeLab};
+use lab_native::{Lab, Log, NativeLab};
 use lab_report::summary::{self as report, Check, PhaseSummary};
 use lab_seed::ApiKeyRecord;
 
@@ -190,14 +191,12 @@ fn run_actions(
             let started_at = t0.elapsed().as_secs_f64();
             println!("  t={started_at:5.1}s run: {action}");
             log.line(format!("t={started_at:.1}s {action}"));
-            let ok = match action.run(&lab, &g.database_url, &log).await {
-                Ok(()) => true,
-                Err(e) => {
-                    println!("  {action}: {e:#}");
-                    log.line(format!("{action} FAILED: {e:#}"));
-                    false
-                }
-            };
+            let failed = failure(action, &lab, &g.database_url, &log).await;
+            if let Some(why) = &failed {
+                println!("  {action}: {why}");
+                log.line(format!("{action} FAILED: {why}"));
+            }
+            let ok = failed.is_none();
             let seconds = t0.elapsed().as_secs_f64() - started_at;
             println!(
                 "  t={:5.1}s {}: {action} ({seconds:.1} s)",
@@ -214,6 +213,26 @@ fn run_actions(
         }
         done
     })
+}
+
+/// Run `action`; `None` when it succeeded, else why not. In process now, not a subprocess: an
+/// action that panics is recorded as failed, with the panic's message, instead of taking the
+/// phase's other records down with its task.
+async fn failure(action: Action, lab: &impl Lab, database_url: &str, log: &Log) -> Option<String> {
+    let run = std::panic::AssertUnwindSafe(action.run(lab, database_url, log));
+    match run.catch_unwind().await {
+        Ok(Ok(())) => None,
+        Ok(Err(e)) => Some(format!("{e:#}")),
+        Err(panic) => Some(format!("panicked: {}", panic_message(&*panic))),
+    }
+}
+
+/// What a panic carried, if it was a message.
+fn panic_message(p: &(dyn std::any::Any + Send)) -> &str {
+    p.downcast_ref::<&str>()
+        .copied()
+        .or_else(|| p.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
 }
 
 /// Run `run` against the lab: the mode and extra flags first (every other flag reset), a
@@ -544,4 +563,52 @@ pub fn write_series(path: &Path, targets: &[Target], ticks: &[Tick]) -> anyhow::
         )?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lab_native::Service;
+
+    /// A lab whose rollout panics, whose scale fails and whose memory limit works: only the
+    /// engine's bookkeeping is under test here, not the lab.
+    struct Broken;
+
+    impl Lab for Broken {
+        async fn rollout_restart(&self, _: Service) -> anyhow::Result<()> {
+            panic!("the supervisor's control directory vanished")
+        }
+        async fn scale(&self, _: Service, _: usize) -> anyhow::Result<()> {
+            anyhow::bail!("the supervisor refused Add")
+        }
+        async fn limit_memory(&self, _: Service, _: Option<u64>) -> anyhow::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_panicking_or_failing_action_is_recorded_as_failed_with_why() {
+        let log = Log::stdout();
+        let db = "postgres://unused";
+        let panicked = failure(
+            Action::RolloutRestart(Service::Orchestrator),
+            &Broken,
+            db,
+            &log,
+        );
+        let why = panicked.await.expect("a panic is a failure");
+        assert!(
+            why.contains("panicked: the supervisor's control directory vanished"),
+            "{why}"
+        );
+        let failed = failure(Action::Scale(Service::Orchestrator, 5), &Broken, db, &log).await;
+        assert_eq!(failed.as_deref(), Some("the supervisor refused Add"));
+        let ok = failure(
+            Action::LimitMemory(Service::Orchestrator, None),
+            &Broken,
+            db,
+            &log,
+        );
+        assert_eq!(ok.await, None);
+    }
 }
