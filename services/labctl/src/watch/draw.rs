@@ -42,6 +42,8 @@ pub fn sparkline(values: &[f64], width: usize) -> String {
 fn fmt(v: Option<f64>) -> String {
     match v {
         None => "—".into(),
+        // A rate over a window rounds to a hair below zero at rest: "-0.0" is not a reading.
+        Some(v) if v.abs() < 0.05 => "0.0".into(),
         Some(v) if v.abs() >= 10_000.0 => format!("{:.0}k", v / 1000.0),
         Some(v) if v.abs() >= 100.0 => format!("{v:.0}"),
         Some(v) => format!("{v:.1}"),
