@@ -1,0 +1,109 @@
+"""Section 11, compose's side: admin ports unpublished, published ports on 127.0.0.1, one database
+role per service with consistent passwords, Prometheus targets on the admin ports."""
+import glob
+import json
+import os
+import re
+
+import yaml
+
+from .common import (
+    ADMIN_PORT,
+    COMPOSE_TARGETS,
+    DB_ROLE,
+    ROLE_ENV,
+    ROLE_SQL,
+    ROOT,
+    binary_of_image,
+    check_admin_list,
+    fail,
+    rel,
+    split_url,
+)
+
+# Native admin ports: public + 1000, the rule `labctl up` applies (crates/lab-native/src/supervise.rs,
+# admin_port). The committed target files are checked against it here; scripts that talk to a
+# running lab ask `labctl status --json` instead (scripts/lib/lab_status.py).
+NATIVE_ADMIN_RULE = "public + 1000: admin_port in crates/lab-native/src/supervise.rs"
+NATIVE_ADMIN = {"edge-gateway": [9080], "orchestrator": [9101, 9102], "entity-service": [9201, 9202],
+                "enrichment": [9301, 9302]}
+
+
+def interpolate(v):
+    """compose's ${VAR:-default} with the defaults (the checked-in lab values, not this shell's)."""
+    return re.sub(r"\$\{(\w+)(?::?-([^}]*))?\}", lambda m: m.group(2) or "", str(v))
+
+
+def check_compose():
+    compose = yaml.safe_load(open(os.path.join(ROOT, "docker-compose.yml")))
+    svcs = compose["services"]
+    envs = {n: {k: interpolate(v) for k, v in (s.get("environment") or {}).items()} for n, s in svcs.items()}
+    pw = {}
+    for name, svc in sorted(svcs.items()):
+        b = binary_of_image(svc.get("image", ""))
+        env, where = envs[name], f"docker-compose.yml services.{name}"
+        for p in svc.get("ports", []) or []:
+            parts = interpolate(p if isinstance(p, str) else f"{p.get('host_ip', '')}:{p.get('published')}:{p.get('target')}").split(":")
+            if len(parts) != 3 or parts[0] != "127.0.0.1":
+                fail(f"{where}: port {p} is not bound to 127.0.0.1")
+            if parts[-1].split("/")[0] == str(ADMIN_PORT):
+                fail(f"{where}: publishes the admin port {ADMIN_PORT}: admin ports are never published")
+        if b in DB_ROLE or b == "orchestrator":
+            if env.get("LAB_ADMIN__HOST") != "0.0.0.0" or str(env.get("LAB_ADMIN__PORT")) != str(ADMIN_PORT):
+                fail(f"{where}: LAB_ADMIN__HOST/PORT must be 0.0.0.0/{ADMIN_PORT}")
+            test = " ".join(map(str, (svc.get("healthcheck") or {}).get("test", [])))
+            if f"127.0.0.1:{ADMIN_PORT}/livez" not in test:
+                fail(f"{where}: healthcheck must ask 127.0.0.1:{ADMIN_PORT}/livez, got {test!r}")
+            role = DB_ROLE.get(b)
+            if role:
+                user, password, _, _ = split_url(env.get("LAB_DATABASE__URL", ""))
+                if user != role or not password:
+                    fail(f"{where}: LAB_DATABASE__URL must connect as {role} with a password, got user {user!r}")
+                pw.setdefault(role, set()).add(password)
+                deps = svc.get("depends_on") or {}
+                if (deps.get("db-role-passwords") or {}).get("condition") != "service_completed_successfully":
+                    fail(f"{where}: must depend on db-role-passwords (service_completed_successfully)")
+            elif "LAB_DATABASE__URL" in env:
+                fail(f"{where}: the orchestrator has no database access: drop LAB_DATABASE__URL")
+            if b == "edge-gateway":
+                check_admin_list(where, env)
+        if b == "labctl" and "LAB_DATABASE_URL" in env:
+            user, password, _, _ = split_url(env["LAB_DATABASE_URL"])
+            if user != "postgres" or not password:
+                fail(f"{where}: labctl connects as the superuser with a password, got user {user!r}")
+            pw.setdefault("postgres", set()).add(password)
+        for item in (env.get("LAB_GAMEDAY_TARGETS") or "").split(","):
+            if item.strip() and split_url(item.split("=", 1)[1].strip())[3] != ADMIN_PORT:
+                fail(f"{where}: LAB_GAMEDAY_TARGETS {item.strip()} is not an admin URL (:{ADMIN_PORT})")
+    pg = envs["postgres"]
+    if pg.get("POSTGRES_HOST_AUTH_METHOD") != "scram-sha-256":
+        fail("docker-compose.yml postgres: POSTGRES_HOST_AUTH_METHOD must be scram-sha-256 (never trust)")
+    pw.setdefault("postgres", set()).add(pg.get("POSTGRES_PASSWORD"))
+    rp = envs.get("db-role-passwords")
+    if not rp:
+        fail("docker-compose.yml: no db-role-passwords service")
+    else:
+        pw["postgres"].add(rp.get("PGPASSWORD"))
+        for role, var in ROLE_ENV.items():
+            pw.setdefault(role, set()).add(rp.get(var))
+        mounts = [v for v in svcs["db-role-passwords"].get("volumes", []) if v.startswith(f"./{ROLE_SQL}:")]
+        if not mounts:
+            fail(f"docker-compose.yml db-role-passwords: must mount ./{ROLE_SQL}")
+        if (svcs["db-role-passwords"].get("depends_on", {}).get("db-prepare") or {}).get("condition") != "service_completed_successfully" \
+                or svcs.get("db-prepare", {}).get("command") != ["db", "prepare"]:
+            fail("docker-compose.yml: db-role-passwords must run after db-prepare (labctl db prepare)")
+    for role, values in sorted(pw.items()):
+        if len(values) != 1 or None in values or "" in values:
+            fail(f"docker-compose.yml: the {role} password differs between its users ({len(values)} values)")
+    for f in sorted(glob.glob(os.path.join(ROOT, COMPOSE_TARGETS, "*.json"))):
+        for group in json.load(open(f)):
+            for t in group["targets"]:
+                if not t.endswith(f":{ADMIN_PORT}"):
+                    fail(f"{rel(f)}: {t} is not an admin port ({ADMIN_PORT})")
+    for job, ports in NATIVE_ADMIN.items():
+        got = [int(t.rsplit(":", 1)[1]) for g in json.load(open(os.path.join(ROOT, f"deploy/prometheus/targets/native/{job}.json")))
+               for t in g["targets"]]
+        if got != ports:
+            fail(f"deploy/prometheus/targets/native/{job}.json: ports {got}, want the admin ports {ports} ({NATIVE_ADMIN_RULE})")
+    print(f"  ok   compose: admin ports unpublished, every published port on 127.0.0.1, scram-sha-256, one role per service "
+          f"(passwords consistent), targets on :{ADMIN_PORT}; native targets on {NATIVE_ADMIN_RULE}")
