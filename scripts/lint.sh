@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/lint.sh — the scripts' own lint (issue 25). Run by scripts/test.sh; ~3 s once installed.
 #
-#   1. ruff (PyPI, pinned, in a venv under LAB_TOOLS_DIR) over scripts/lib/*.py, with the rules of
+#   1. ruff (PyPI, pinned, in a venv under LAB_TOOLS_DIR) over scripts/lib/**/*.py, with the rules of
 #      scripts/lib/ruff.toml
 #   2. shellcheck (Debian's package, installed with apt when missing; LAB_SKIP_APT=1 refuses) over
 #      scripts/*.sh and scripts/lib/*.sh, following `source` (scripts/.shellcheckrc); faults-check.sh
@@ -52,8 +52,8 @@ for f in scripts/*.sh scripts/lib/*.sh; do
     [[ " ${EXEMPT[*]} " == *" $f "* ]] || owned+=("$f")
 done
 
-step "ruff $RUFF_VERSION (rules: scripts/lib/ruff.toml) over scripts/lib/*.py"
-"$RUFF_VENV/bin/ruff" check --no-cache --config scripts/lib/ruff.toml scripts/lib/*.py || failed+=(ruff)
+step "ruff $RUFF_VERSION (rules: scripts/lib/ruff.toml) over scripts/lib/ and its packages"
+"$RUFF_VENV/bin/ruff" check --no-cache --config scripts/lib/ruff.toml scripts/lib/*.py scripts/lib/*/*.py || failed+=(ruff)
 
 step "$(shellcheck --version | sed -n 's/^version: /shellcheck /p') over ${#owned[@]} scripts; ${EXEMPT[*]} at severity error"
 if shellcheck -x "${owned[@]}" && shellcheck -x -S error "${EXEMPT[@]}"; then
