@@ -23,7 +23,8 @@ use crate::scenario::{Phase, Scenario};
 use crate::{Globals, Mode};
 use lab_load::{SecondSample, TenantMix};
 use lab_native::{Service, UpArgs};
-use lab_report::charts::{Filter, RunSeries, Q};
+use lab_report::charts::RunSeries;
+use lab_report::quantity::{Expr, Filter, Window};
 use lab_seed::ApiKeyRecord;
 
 /// Options every experiment shares (`labctl ablate`, `labctl map`).
@@ -802,21 +803,22 @@ fn retry_amplification_per_second(
         phases.get(w.start)?.start,
         phases.get(w.end - 1).map(|p| p.start + p.seconds as f64)?,
     );
-    let rate = |service: &'static str, metric: &'static str| Q::Rate {
+    let count = |service: &'static str, metric: &'static str| Expr::Increase {
         service,
         metric,
         filter: Filter::All,
     };
     let hops = [
         (
-            rate("edge-gateway", "gateway_upstream_attempts_total"),
-            rate("edge-gateway", "gateway_upstream_retries_total"),
+            count("edge-gateway", "gateway_upstream_attempts_total"),
+            count("edge-gateway", "gateway_upstream_retries_total"),
         ),
         (
-            rate("orchestrator", "entity_requests_total"),
-            rate("orchestrator", "entity_retries_total"),
+            count("orchestrator", "entity_requests_total"),
+            count("orchestrator", "entity_retries_total"),
         ),
     ];
+    let frame = series.frame();
     let mut out = Vec::new();
     for i in 1..series.ticks.len() {
         // The second from tick i-1 to tick i, wholly inside the window (ticks land a few ms
@@ -826,9 +828,10 @@ fn retry_amplification_per_second(
             continue;
         }
         let mut product = 1.0;
+        let second = Window::at(&series.ticks, i, 1);
         for (attempts, retries) in &hops {
-            let a = series.eval_window(attempts, i, 1).unwrap_or(0.0);
-            let r = series.eval_window(retries, i, 1).unwrap_or(0.0);
+            let a = frame.eval(attempts, &second).unwrap_or(0.0);
+            let r = frame.eval(retries, &second).unwrap_or(0.0);
             if a > r {
                 product *= a / (a - r);
             } else if r > 0.0 {

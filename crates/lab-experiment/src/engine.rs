@@ -46,20 +46,7 @@ pub struct Run<'a> {
     pub time_scale: f64,
 }
 
-#[derive(Debug, Clone, Serialize, serde::Deserialize)]
-pub struct PhaseReport {
-    pub name: String,
-    /// As run (scaled).
-    pub seconds: u64,
-    /// Seconds since the start of the run when the phase began.
-    pub start: f64,
-    /// With `window: after-run`: when the phase's commands had finished (seconds since the
-    /// start of the run), where its summary starts; `None`: the whole phase.
-    pub judged_from: Option<f64>,
-    pub summary: PhaseSummary,
-    /// The gateway's 5xx in this phase by the error-table row that decided them.
-    pub errors_5xx_by_origin: std::collections::BTreeMap<String, f64>,
-}
+pub use lab_report::summary::PhaseReport;
 
 /// When the last of `phase`'s commands ended (seconds since the start of the run; 0 if none).
 pub fn actions_end(actions: &[ActionRun], phase: &str) -> f64 {
@@ -437,58 +424,23 @@ fn phase_reports(
     load: &[lab_load::SecondSample],
     actions: &[ActionRun],
 ) -> Vec<PhaseReport> {
-    let mut phases = Vec::new();
-    for (i, p) in sc.phases.iter().enumerate() {
-        let secs = seconds[i] as f64;
-        let (summary, judged_from) = match p.window {
-            crate::scenario::Window::Phase => (
-                report::summarize(series, i, secs, load, phase_starts[i]),
-                None,
-            ),
-            crate::scenario::Window::AfterRun => {
-                // The verdict's window starts once the phase's commands have finished: the
-                // ticks before are set apart (the window's baseline becomes the last of them).
-                let from = actions_end(actions, &p.name).max(phase_starts[i]);
-                let judged: Vec<Tick> = series
-                    .ticks
-                    .iter()
-                    .map(|t| Tick {
-                        t: t.t,
-                        phase: if t.phase == i && t.t < from {
-                            usize::MAX
-                        } else {
-                            t.phase
-                        },
-                        scrapes: t.scrapes.clone(),
-                    })
-                    .collect();
-                let s = Series {
-                    targets: series.targets,
-                    ticks: &judged,
-                };
-                let left = (phase_starts[i] + secs - from).max(0.0);
-                (report::summarize(&s, i, left, load, from), Some(from))
-            }
-        };
-        phases.push(PhaseReport {
+    let mut phases: Vec<PhaseReport> = sc
+        .phases
+        .iter()
+        .enumerate()
+        .map(|(i, p)| PhaseReport {
             name: p.name.clone(),
             seconds: seconds[i],
             start: phase_starts[i],
-            judged_from,
-            summary,
+            // The verdict's window starts once the phase's commands have finished: the ticks
+            // before are set apart (the window's baseline becomes the last of them).
+            judged_from: matches!(p.window, crate::scenario::Window::AfterRun)
+                .then(|| actions_end(actions, &p.name).max(phase_starts[i])),
+            summary: PhaseSummary::new(),
             errors_5xx_by_origin: report::origins(series, i),
-        });
-    }
-    if let Some(first) = phases
-        .first()
-        .and_then(|p| p.summary.get("amplification").copied())
-    {
-        for p in phases.iter_mut() {
-            if let Some(a) = p.summary.get("amplification").copied() {
-                p.summary.insert("amplification_ratio".into(), a / first);
-            }
-        }
-    }
+        })
+        .collect();
+    report::summarize_phases(series, load, &mut phases);
     phases
 }
 

@@ -30,6 +30,7 @@ use crate::{act, now_s, Globals, Mode};
 use lab_load::{DocSource, Docs, LoadArgs, TenantMix};
 use lab_native::Service;
 use lab_native::UpArgs;
+use lab_report::quantities::Unit;
 use lab_report::summary as report;
 use lab_seed::ApiKeyRecord;
 use lab_trigger::backfill::{Job, Step};
@@ -554,8 +555,8 @@ const POSTMORTEM_TABLE: &[(&str, &str, &str, &str)] = &[
 ];
 
 fn fmt_row(key: &str, v: Option<f64>) -> String {
-    let unit = report::ROWS.iter().find(|r| r.0 == key).map_or("", |r| r.2);
-    report::fmt_value(v.as_ref(), unit)
+    let unit = lab_report::quantities::find(key).map_or(Unit::Plain, |q| q.unit);
+    unit.fmt(v)
 }
 
 pub(super) fn markdown(
@@ -682,11 +683,12 @@ pub(super) fn markdown(
         md.push_str("---:|---:|---:|");
     }
     md.push('\n');
-    for (key, label, unit) in report::ROWS {
-        let pm = POSTMORTEM_TABLE.iter().find(|r| r.0 == *key);
+    for q in lab_report::quantities::rows() {
+        let (key, label) = (q.id, q.label);
+        let pm = POSTMORTEM_TABLE.iter().find(|r| r.0 == key);
         let any = modes
             .iter()
-            .any(|m| m.phases.iter().any(|p| p.summary.contains_key(*key)));
+            .any(|m| m.phases.iter().any(|p| p.summary.contains_key(key)));
         if !any {
             continue;
         }
@@ -701,7 +703,7 @@ pub(super) fn markdown(
             for i in [0, peak(m).0, last] {
                 md.push_str(&format!(
                     " {} |",
-                    report::fmt_value(m.phases[i].summary.get(*key), unit)
+                    q.unit.fmt(m.phases[i].summary.get(key).copied())
                 ));
             }
         }

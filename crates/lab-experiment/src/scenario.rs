@@ -256,7 +256,7 @@ impl Scenario {
         if total == 0 || total > 3_600 {
             bail!("phases must last 1..=3600 s in all (bounded game days), not {total}");
         }
-        let known: Vec<&str> = lab_report::summary::ROWS.iter().map(|r| r.0).collect();
+        let known: Vec<&str> = lab_report::quantities::rows().map(|q| q.id).collect();
         for (i, p) in self.phases.iter().enumerate() {
             if p.seconds == 0 {
                 bail!("phase {}: seconds must be at least 1", p.name);

@@ -3,98 +3,16 @@
 //! tick by tick from `series.jsonl`, and drawn as SVG with plotters — phases as bands, so a
 //! chart reads like the postmortem's timeline.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::path::Path;
 
 use anyhow::Context;
 use plotters::prelude::*;
 
-use crate::series::{histogram_quantile, label, Scrape, Target, Tick};
+use crate::quantities::{self, Quantity};
+use crate::quantity::{Frame, Window, RATE_WINDOW};
+use crate::series::{Scrape, Series, Target, Tick};
 use lab_load::SecondSample;
-
-/// Which series of a metric a line sums.
-#[derive(Debug, Clone, Copy)]
-pub enum Filter {
-    All,
-    /// The label has this value.
-    Is(&'static str, &'static str),
-    /// The label's value starts with this.
-    StartsWith(&'static str, &'static str),
-}
-
-impl Filter {
-    fn keep(&self, labels: &str) -> bool {
-        match self {
-            Filter::All => true,
-            Filter::Is(l, v) => label(labels, l) == Some(v),
-            Filter::StartsWith(l, p) => label(labels, l).is_some_and(|x| x.starts_with(p)),
-        }
-    }
-}
-
-/// How replicas are combined at one tick.
-#[derive(Debug, Clone, Copy)]
-pub enum Across {
-    Sum,
-    Max,
-    Min,
-}
-
-/// One quantity per second.
-#[derive(Debug, Clone, Copy)]
-pub enum Q {
-    /// Per-second increase of a counter, summed over the service's replicas.
-    Rate {
-        service: &'static str,
-        metric: &'static str,
-        filter: Filter,
-    },
-    /// A gauge, combined over the service's replicas.
-    Gauge {
-        service: &'static str,
-        metric: &'static str,
-        filter: Filter,
-        across: Across,
-        scale: f64,
-    },
-    /// `histogram_quantile(q)` of a histogram's increase over the last [`WINDOW`] seconds.
-    Quantile {
-        service: &'static str,
-        metric: &'static str,
-        q: f64,
-    },
-    /// `100 × a / b` (both rates).
-    Percent(&'static Q, &'static Q),
-    /// From the load generator: requests sent per second (by intended send time).
-    Offered,
-    /// From the load generator: 200s within 3 s per second.
-    Goodput,
-}
-
-/// Seconds of histogram increase behind a quantile point (as a `rate(...[5s])`).
-pub const WINDOW: usize = 5;
-/// Seconds behind a rate point.
-pub const RATE_WINDOW: usize = 5;
-
-pub struct Line {
-    pub label: &'static str,
-    /// The label where 14 columns is all there is (`labctl watch`).
-    pub short: &'static str,
-    pub q: Q,
-}
-
-impl Line {
-    /// [`Line::short`], saying so where the gateway's counters stand in for the load generator's
-    /// record (see [`Q::Offered`]'s fallback): the gateway counts a request when it is answered,
-    /// not when it is sent, so in a storm "answered" trails what was offered.
-    pub fn short_for(&self, run: &RunSeries) -> &'static str {
-        match self.q {
-            Q::Offered if run.load.is_empty() => "gw answered",
-            Q::Goodput if run.load.is_empty() => "gw 200s",
-            _ => self.short,
-        }
-    }
-}
 
 pub struct Panel {
     /// Stable id (file names, tests).
@@ -105,25 +23,18 @@ pub struct Panel {
     pub unit: &'static str,
     /// What to look for, in the postmortem's terms.
     pub why: &'static str,
-    pub lines: &'static [Line],
+    /// The quantities drawn, by id ([`crate::quantities::QUANTITIES`]).
+    pub lines: &'static [&'static str],
 }
 
-const GATEWAY_RPS: Q = Q::Rate {
-    service: "edge-gateway",
-    metric: "gateway_requests_total",
-    filter: Filter::All,
-};
-const GATEWAY_5XX: Q = Q::Rate {
-    service: "edge-gateway",
-    metric: "gateway_requests_total",
-    filter: Filter::StartsWith("status", "5"),
-};
-
-const GATEWAY_200: Q = Q::Rate {
-    service: "edge-gateway",
-    metric: "gateway_requests_total",
-    filter: Filter::Is("status", "200"),
-};
+impl Panel {
+    /// The panel's lines.
+    pub fn quantities(&self) -> impl Iterator<Item = &'static Quantity> + '_ {
+        self.lines.iter().map(|id| {
+            quantities::find(id).unwrap_or_else(|| panic!("panel {}: no quantity {id}", self.id))
+        })
+    }
+}
 
 /// Every panel, in reading order.
 pub static PANELS: &[Panel] = &[
@@ -135,26 +46,7 @@ pub static PANELS: &[Panel] = &[
         why:
             "The postmortem's flat 3.0 s line: a metric bounded by the failure mode. The callee's \
               own view shows what the gateway's cannot.",
-        lines: &[
-            Line {
-                label: "gateway p99 (gateway's view)",
-                short: "gateway p99",
-                q: Q::Quantile {
-                    service: "edge-gateway",
-                    metric: "gateway_request_duration_seconds",
-                    q: 0.99,
-                },
-            },
-            Line {
-                label: "entity-service p99 (its own view)",
-                short: "entity p99",
-                q: Q::Quantile {
-                    service: "entity-service",
-                    metric: "entity_service_request_duration_seconds",
-                    q: 0.99,
-                },
-            },
-        ],
+        lines: &["gateway_p99_ms", "entity_p99_ms"],
     },
     Panel {
         id: "golden-signals",
@@ -162,18 +54,7 @@ pub static PANELS: &[Panel] = &[
         title: "Gateway Golden Signals: accepted rps and 5xx rate",
         unit: "rps / %",
         why: "Request rate flat, error rate climbing.",
-        lines: &[
-            Line {
-                label: "gateway accepted rps",
-                short: "accepted rps",
-                q: GATEWAY_RPS,
-            },
-            Line {
-                label: "5xx %",
-                short: "5xx %",
-                q: Q::Percent(&GATEWAY_5XX, &GATEWAY_RPS),
-            },
-        ],
+        lines: &["gateway_rps", "error_5xx_pct"],
     },
     Panel {
         id: "entity-inbound",
@@ -181,31 +62,7 @@ pub static PANELS: &[Panel] = &[
         title: "entity-service inbound vs gateway ingress",
         unit: "rps",
         why: "Inbound to an internal service against public traffic: amplification is the gap.",
-        lines: &[
-            Line {
-                label: "gateway ingress",
-                short: "ingress",
-                q: GATEWAY_RPS,
-            },
-            Line {
-                label: "entity-service inbound",
-                short: "entity inbound",
-                q: Q::Rate {
-                    service: "entity-service",
-                    metric: "entity_service_requests_total",
-                    filter: Filter::All,
-                },
-            },
-            Line {
-                label: "entity-service served (200)",
-                short: "entity served",
-                q: Q::Rate {
-                    service: "entity-service",
-                    metric: "entity_service_requests_total",
-                    filter: Filter::Is("status", "200"),
-                },
-            },
-        ],
+        lines: &["gateway_rps", "entity_inbound_rps", "entity_served_rps"],
     },
     Panel {
         id: "orchestrator-resources",
@@ -213,30 +70,7 @@ pub static PANELS: &[Panel] = &[
         title: "orchestrator tasks alive and memory (max per replica)",
         unit: "tasks / MB",
         why: "The postmortem's goroutines 240 → 4,180 per pod, memory tracking them.",
-        lines: &[
-            Line {
-                label: "tasks alive (max)",
-                short: "tasks (max)",
-                q: Q::Gauge {
-                    service: "orchestrator",
-                    metric: "tokio_alive_tasks",
-                    filter: Filter::All,
-                    across: Across::Max,
-                    scale: 1.0,
-                },
-            },
-            Line {
-                label: "RSS MB (max)",
-                short: "RSS MB (max)",
-                q: Q::Gauge {
-                    service: "orchestrator",
-                    metric: "process_resident_memory_bytes",
-                    filter: Filter::All,
-                    across: Across::Max,
-                    scale: 1e-6,
-                },
-            },
-        ],
+        lines: &["orchestrator_tasks_max", "orchestrator_rss_mb_max"],
     },
     Panel {
         id: "goodput",
@@ -244,18 +78,7 @@ pub static PANELS: &[Panel] = &[
         title: "Goodput vs offered load",
         unit: "rps",
         why: "What users got (a 200 within 3 s) against what they asked for.",
-        lines: &[
-            Line {
-                label: "offered",
-                short: "offered",
-                q: Q::Offered,
-            },
-            Line {
-                label: "goodput",
-                short: "goodput",
-                q: Q::Goodput,
-            },
-        ],
+        lines: &["offered_rps", "goodput_rps"],
     },
     Panel {
         id: "database",
@@ -266,39 +89,9 @@ pub static PANELS: &[Panel] = &[
             "The pool's view, PostgreSQL's own, and whether the hot lookup is still an index scan \
               (1) or the stale plan's bitmap heap scan (0).",
         lines: &[
-            Line {
-                label: "pool connections in use",
-                short: "pool in use",
-                q: Q::Gauge {
-                    service: "entity-service",
-                    metric: "entity_db_pool_connections",
-                    filter: Filter::Is("state", "in_use"),
-                    across: Across::Sum,
-                    scale: 1.0,
-                },
-            },
-            Line {
-                label: "backends active (pg_stat_activity)",
-                short: "pg active",
-                q: Q::Gauge {
-                    service: "entity-service",
-                    metric: "entity_db_backends",
-                    filter: Filter::Is("state", "active"),
-                    across: Across::Sum,
-                    scale: 1.0,
-                },
-            },
-            Line {
-                label: "hot plan is an index scan",
-                short: "index scan?",
-                q: Q::Gauge {
-                    service: "entity-service",
-                    metric: "entity_db_hot_plan_index_scan",
-                    filter: Filter::All,
-                    across: Across::Min,
-                    scale: 1.0,
-                },
-            },
+            "db_connections_max",
+            "db_backends_active_max",
+            "hot_plan_index_scan_min",
         ],
     },
     Panel {
@@ -308,39 +101,7 @@ pub static PANELS: &[Panel] = &[
         unit: "tokens / state / per s",
         why: "The retry budget drains before error rates move; the breaker sheds (2) a failing \
               dependency. Legacy mode has neither.",
-        lines: &[
-            Line {
-                label: "retry budget tokens (min)",
-                short: "retry tokens",
-                q: Q::Gauge {
-                    service: "orchestrator",
-                    metric: "entity_retry_budget_tokens",
-                    filter: Filter::All,
-                    across: Across::Min,
-                    scale: 1.0,
-                },
-            },
-            Line {
-                label: "breaker state (max; 2 = shedding)",
-                short: "breaker (2=shed)",
-                q: Q::Gauge {
-                    service: "orchestrator",
-                    metric: "entity_breaker_state",
-                    filter: Filter::All,
-                    across: Across::Max,
-                    scale: 1.0,
-                },
-            },
-            Line {
-                label: "calls shed per second",
-                short: "shed /s",
-                q: Q::Rate {
-                    service: "orchestrator",
-                    metric: "entity_shed_total",
-                    filter: Filter::All,
-                },
-            },
-        ],
+        lines: &["retry_budget_tokens_min", "breaker_state_max", "shed_rps"],
     },
     Panel {
         id: "abandoned",
@@ -348,26 +109,7 @@ pub static PANELS: &[Panel] = &[
         title: "Work for callers already gone: orphaned spans and abandoned entity-service time",
         unit: "per s",
         why: "A child span outliving its parent means cancellation is broken.",
-        lines: &[
-            Line {
-                label: "orphaned spans per second",
-                short: "orphans /s",
-                q: Q::Rate {
-                    service: "orchestrator",
-                    metric: "otel_span_orphaned_total",
-                    filter: Filter::All,
-                },
-            },
-            Line {
-                label: "abandoned entity-service seconds per second",
-                short: "abandoned s/s",
-                q: Q::Rate {
-                    service: "entity-service",
-                    metric: "entity_service_abandoned_seconds_total",
-                    filter: Filter::All,
-                },
-            },
-        ],
+        lines: &["orphaned_spans_per_s", "abandoned_seconds_per_s"],
     },
 ];
 
@@ -443,143 +185,34 @@ impl RunSeries {
         })
     }
 
-    fn samples<'a>(
-        &'a self,
-        i: usize,
-        service: &'a str,
-        metric: &'a str,
-        filter: Filter,
-    ) -> impl Iterator<Item = (usize, &'a str, f64)> + 'a {
-        self.targets
-            .iter()
-            .enumerate()
-            .filter(move |(_, t)| t.service == service)
-            .filter_map(move |(ti, _)| self.ticks[i].scrapes.get(ti)?.as_ref().map(|s| (ti, s)))
-            .flat_map(move |(ti, s)| {
-                s.iter().filter_map(move |(k, v)| {
-                    let (n, l) = lab_core::exposition::split_series(k);
-                    (n == metric && filter.keep(l)).then_some((ti, k.as_str(), *v))
-                })
-            })
-    }
-
-    /// How much the counter `key` of target `ti`, now at `v`, grew since tick `from` (a reset
-    /// counts from 0); `None` when the target was not scraped then.
-    fn delta(&self, from: usize, ti: usize, key: &str, v: f64) -> Option<f64> {
-        let b = self.ticks[from]
-            .scrapes
-            .get(ti)
-            .and_then(|s| s.as_ref())
-            .map(|s| s.get(key).copied().unwrap_or(0.0))?;
-        Some(if v >= b { v - b } else { v })
-    }
-
-    fn increase(&self, from: usize, to: usize, service: &str, metric: &str, filter: Filter) -> f64 {
-        self.samples(to, service, metric, filter)
-            .filter_map(|(ti, key, v)| self.delta(from, ti, key, v))
-            .sum()
-    }
-
-    /// A rate `q` over the last `window` ticks instead of [`RATE_WINDOW`] (1: second by
-    /// second); other quantities as [`RunSeries::eval`].
-    pub fn eval_window(&self, q: &Q, i: usize, window: usize) -> Option<f64> {
-        match q {
-            Q::Rate {
-                service,
-                metric,
-                filter,
-            } => {
-                let from = i.checked_sub(window.min(i).max(1))?;
-                let dt = self.ticks[i].t - self.ticks[from].t;
-                (dt > 0.0).then(|| self.increase(from, i, service, metric, *filter) / dt)
-            }
-            _ => self.eval(q, i),
+    /// The series and the load as an expression reads them (no first phase: a chart has no
+    /// [`crate::quantity::Expr::VsFirst`]).
+    pub fn frame(&self) -> Frame<'_> {
+        Frame {
+            series: Series {
+                targets: &self.targets,
+                ticks: &self.ticks,
+            },
+            load: &self.load,
+            first: None,
         }
     }
 
-    /// The value of `q` at tick `i` (`None`: not measurable there).
-    pub fn eval(&self, q: &Q, i: usize) -> Option<f64> {
-        match q {
-            // Over the last RATE_WINDOW seconds, like `rate(...[5s])`: one-second increments
-            // of a few hundred requests are too noisy to read.
-            Q::Rate { .. } => self.eval_window(q, i, RATE_WINDOW),
-            Q::Gauge {
-                service,
-                metric,
-                filter,
-                across,
-                scale,
-            } => {
-                let mut per: BTreeMap<usize, f64> = BTreeMap::new();
-                for (ti, _, v) in self.samples(i, service, metric, *filter) {
-                    *per.entry(ti).or_default() += v;
-                }
-                let vals = per.values().copied();
-                let r = match across {
-                    Across::Sum => {
-                        let v: Vec<f64> = vals.collect();
-                        (!v.is_empty()).then(|| v.iter().sum())
-                    }
-                    Across::Max => vals.reduce(f64::max),
-                    Across::Min => vals.reduce(f64::min),
-                };
-                r.map(|v| v * scale)
-            }
-            Q::Quantile { service, metric, q } => {
-                let from = i.checked_sub(WINDOW)?;
-                let bucket = format!("{metric}_bucket");
-                let mut buckets: BTreeMap<u64, f64> = BTreeMap::new();
-                for (ti, key, v) in self.samples(i, service, &bucket, Filter::All) {
-                    let (_, l) = lab_core::exposition::split_series(key);
-                    let k = match label(l, "le") {
-                        Some("+Inf") => u64::MAX,
-                        Some(le) => match le.parse::<f64>() {
-                            Ok(b) => (b * 1e6) as u64,
-                            Err(_) => continue,
-                        },
-                        None => continue,
-                    };
-                    if let Some(d) = self.delta(from, ti, key, v) {
-                        *buckets.entry(k).or_default() += d;
-                    }
-                }
-                histogram_quantile(*q, &buckets).map(|s| s * 1000.0)
-            }
-            Q::Percent(a, b) => {
-                let (a, b) = (self.eval(a, i)?, self.eval(b, i)?);
-                (b > 0.0).then(|| 100.0 * a / b)
-            }
-            Q::Offered | Q::Goodput if self.load.is_empty() => {
-                // No load generator's record (`labctl watch` attaches to a run from outside):
-                // the gateway's own counters are the next best view. A gateway 200 is inside the
-                // budget, since the gateway answers 504 at 3 s.
-                self.eval(
-                    if matches!(q, Q::Offered) {
-                        &GATEWAY_RPS
-                    } else {
-                        &GATEWAY_200
-                    },
-                    i,
-                )
-            }
-            Q::Offered | Q::Goodput => {
-                // Load seconds are measured from the load's start, which is the run's t = 0.
-                let second = self.ticks[i].t.floor() as u64;
-                let s = self.load.iter().find(|s| s.second == second)?;
-                Some(if matches!(q, Q::Offered) {
-                    s.sent as f64
-                } else {
-                    s.good as f64
-                })
-            }
-        }
+    /// The value of `q` at tick `i`, over the [`RATE_WINDOW`] seconds before it (`None`: not
+    /// measurable there).
+    pub fn value(&self, q: &Quantity, i: usize) -> Option<f64> {
+        self.frame()
+            .eval(&q.expr, &Window::at(&self.ticks, i, RATE_WINDOW))
     }
 
     /// `(t, value)` of `q` at every tick where it is measurable.
-    pub fn points(&self, q: &Q) -> Vec<(f64, f64)> {
+    pub fn points(&self, q: &Quantity) -> Vec<(f64, f64)> {
+        let frame = self.frame();
         (0..self.ticks.len())
-            .filter_map(|i| self.eval(q, i).map(|v| (self.ticks[i].t, v)))
-            .filter(|(_, v)| v.is_finite())
+            .filter_map(|i| {
+                let v = frame.eval(&q.expr, &Window::at(&self.ticks, i, RATE_WINDOW))?;
+                Some((self.ticks[i].t, v))
+            })
             .collect()
     }
 }
@@ -594,7 +227,7 @@ const COLOURS: [RGBColor; 4] = [
 
 /// One panel of one run as an SVG document.
 pub fn svg(panel: &Panel, run: &RunSeries, subtitle: &str) -> anyhow::Result<String> {
-    let lines: Vec<Vec<(f64, f64)>> = panel.lines.iter().map(|l| run.points(&l.q)).collect();
+    let lines: Vec<Vec<(f64, f64)>> = panel.quantities().map(|q| run.points(q)).collect();
     let t_max = run.ticks.last().map(|t| t.t).unwrap_or(1.0).max(1.0);
     let y_max = lines
         .iter()
@@ -640,7 +273,7 @@ pub fn svg(panel: &Panel, run: &RunSeries, subtitle: &str) -> anyhow::Result<Str
                 )))
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
         }
-        for (k, (line, pts)) in panel.lines.iter().zip(&lines).enumerate() {
+        for (k, (line, pts)) in panel.quantities().zip(&lines).enumerate() {
             let colour = COLOURS[k % COLOURS.len()];
             chart
                 .draw_series(LineSeries::new(pts.iter().copied(), colour.stroke_width(2)))

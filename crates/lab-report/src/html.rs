@@ -10,47 +10,12 @@ use anyhow::Context;
 use serde_json::Value;
 
 use crate::charts::{self, RunSeries, PANELS};
-use lab_load::SecondSample;
 
 pub fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('"', "&quot;")
-}
-
-fn load_samples(v: &Value) -> Vec<SecondSample> {
-    v.as_array()
-        .map(|a| {
-            a.iter()
-                .map(|s| SecondSample {
-                    second: s["second"].as_u64().unwrap_or(0),
-                    sent: s["sent"].as_u64().unwrap_or(0),
-                    ok: s["ok"].as_u64().unwrap_or(0),
-                    good: s["good"].as_u64().unwrap_or(0),
-                    errors: s["errors"].as_u64().unwrap_or(0),
-                    p50_ms: s["p50_ms"].as_f64().unwrap_or(0.0),
-                    p99_ms: s["p99_ms"].as_f64().unwrap_or(0.0),
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-fn phases(v: &Value) -> Vec<(String, f64, f64)> {
-    v.as_array()
-        .map(|a| {
-            a.iter()
-                .map(|p| {
-                    (
-                        p["name"].as_str().unwrap_or("").to_string(),
-                        p["start"].as_f64().unwrap_or(0.0),
-                        p["seconds"].as_f64().unwrap_or(0.0),
-                    )
-                })
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 const STYLE: &str = "body{font-family:sans-serif;margin:16px auto;max-width:1600px;color:#222}\
@@ -62,25 +27,10 @@ margin:8px 0}td,th{border:1px solid #ccc;padding:3px 6px;vertical-align:top}th{b
 /// The page for one run directory: a replay (`summary.json` with a calibration and modes) or a
 /// game day (`summary.json` with phases and the load).
 pub fn render(dir: &Path) -> anyhow::Result<PathBuf> {
-    let summary: Value = serde_json::from_slice(
-        &std::fs::read(dir.join("summary.json"))
-            .with_context(|| format!("reading {}/summary.json", dir.display()))?,
-    )?;
-    let mut runs: Vec<(String, RunSeries)> = Vec::new();
+    let (summary, recorded) = crate::recorded::read(dir)?;
+    let runs: Vec<(String, RunSeries)> = recorded.into_iter().map(|r| (r.mode, r.run)).collect();
     let mut html = String::new();
     if summary.get("calibration").is_some() {
-        for m in summary["modes"].as_array().into_iter().flatten() {
-            let mode = m["mode"].as_str().unwrap_or("?").to_lowercase();
-            let series = dir.join(&mode).join("series.jsonl");
-            runs.push((
-                mode,
-                RunSeries::read(
-                    &series,
-                    load_samples(&m["load_per_second"]),
-                    phases(&m["phases"]),
-                )?,
-            ));
-        }
         head(
             &mut html,
             &format!(
@@ -91,14 +41,6 @@ pub fn render(dir: &Path) -> anyhow::Result<PathBuf> {
         replay_tables(&mut html, &summary);
     } else {
         let mode = summary["mode"].as_str().unwrap_or("?").to_lowercase();
-        runs.push((
-            mode.clone(),
-            RunSeries::read(
-                &dir.join("series.jsonl"),
-                load_samples(&summary["load"]["per_second"]),
-                phases(&summary["phases"]),
-            )?,
-        ));
         head(
             &mut html,
             &format!(
@@ -411,7 +353,7 @@ mod tests {
             let svg_end = at + html[at..].find("</svg>").expect("an svg per panel");
             let svg = &html[at..svg_end];
             assert!(svg.contains("<svg"), "{}", p.id);
-            for line in p.lines {
+            for line in p.quantities() {
                 assert!(
                     svg.contains(&line.label.replace('\'', "&apos;")),
                     "{}: legend of {}",
@@ -432,18 +374,12 @@ mod tests {
     #[test]
     fn charts_compute_what_the_run_measured() {
         let dir = fixture();
-        let summary: Value =
-            serde_json::from_slice(&std::fs::read(dir.join("summary.json")).unwrap()).unwrap();
-        let run = RunSeries::read(
-            &dir.join("series.jsonl"),
-            load_samples(&summary["load"]["per_second"]),
-            phases(&summary["phases"]),
-        )
-        .unwrap();
+        let (summary, mut recorded) = crate::recorded::read(&dir).unwrap();
+        let run = recorded.remove(0).run;
         let dead_from = run.phases[1].1;
         let line = |id: &str, k: usize| {
             let p = PANELS.iter().find(|p| p.id == id).unwrap();
-            run.points(&p.lines[k].q)
+            run.points(p.quantities().nth(k).unwrap())
         };
         // The blindfold: the gateway's p99 can never show more than its 3 s budget.
         let gw_p99 = line("blindfold", 0);
@@ -485,18 +421,9 @@ mod tests {
         for e in std::fs::read_dir(&dir).unwrap().flatten() {
             exprs.push_str(&std::fs::read_to_string(e.path()).unwrap());
         }
-        fn metric(q: &charts::Q) -> Vec<&'static str> {
-            match q {
-                charts::Q::Rate { metric, .. }
-                | charts::Q::Gauge { metric, .. }
-                | charts::Q::Quantile { metric, .. } => vec![metric],
-                charts::Q::Percent(a, b) => [metric(a), metric(b)].concat(),
-                charts::Q::Offered | charts::Q::Goodput => vec![],
-            }
-        }
         for p in PANELS {
-            for l in p.lines {
-                for m in metric(&l.q) {
+            for q in p.quantities() {
+                for m in q.expr.metrics() {
                     assert!(exprs.contains(m), "{} ({}) is on no dashboard", m, p.id);
                 }
             }

@@ -4,8 +4,13 @@
 //! # Layout
 //! - [`series`]: what one run scraped (every replica, each second) and its per-phase
 //!   computations: counter increases that survive restarts, gauges, histogram quantiles.
-//! - [`summary`]: the per-phase summary (`ROWS`), the consistency checks, the Markdown table.
-//! - [`charts`]: the panels (`PANELS`): per-second series, drawn as SVG.
+//! - [`quantity`]: what a number is — an expression over the series, evaluated over a window
+//!   (a phase for the table, the seconds before a tick for a chart).
+//! - [`quantities`]: every quantity, once (`QUANTITIES`): the table's rows and the charts' lines.
+//! - [`summary`]: the per-phase summary, the consistency checks, the Markdown table.
+//! - [`charts`]: the panels (`PANELS`, lines named by quantity): drawn as SVG.
+//! - [`recorded`]: a run read back from its directory, and the check that its table
+//!   recomputes from its own series.
 //! - [`html`]: `report.html`, one self-contained file per run, drawn from the run's own files.
 //! - [`trace`]: the worst trace a run keeps beside its report.
 //!
@@ -13,6 +18,9 @@
 
 pub mod charts;
 pub mod html;
+pub mod quantities;
+pub mod quantity;
+pub mod recorded;
 pub mod series;
 pub mod summary;
 pub mod trace;

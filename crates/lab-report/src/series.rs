@@ -9,6 +9,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
+use crate::quantity::{Across, Filter};
+
 /// The pseudo-service whose series are the supervisor's counters (restarts, OOM kills).
 pub const SUPERVISOR: &str = "supervisor";
 
@@ -59,23 +61,25 @@ impl Series<'_> {
         Some((first.saturating_sub(1), last))
     }
 
-    /// Sum of increments of every series of `name` (on replicas of `service`) whose labels pass
-    /// `keep`, during `phase`.
+    /// Sum of increments of every series of `name` (on replicas of `service`) that `filter`
+    /// keeps, from tick `from` (the baseline) to tick `to`.
     pub fn increase(
         &self,
-        phase: usize,
+        from: usize,
+        to: usize,
         service: &str,
         name: &str,
-        keep: impl Fn(&str) -> bool,
+        filter: Filter,
     ) -> f64 {
         // `+ 0.0`: an empty f64 sum is -0.0, which would print as "-0.0%".
-        self.increase_by(phase, service, name, |l| keep(l).then_some(()))
+        self.increase_between(from, to, service, name, |l| filter.keep(l).then_some(()))
             .values()
             .sum::<f64>()
             + 0.0
     }
 
-    /// As [`Series::increase`], grouped by a key derived from the labels (`None`: skip).
+    /// Increments during `phase` (from the tick before its first), grouped by a key derived
+    /// from the labels (`None`: skip).
     pub fn increase_by<K: Ord>(
         &self,
         phase: usize,
@@ -159,41 +163,41 @@ impl Series<'_> {
         out
     }
 
-    /// Per tick of `phase`: the sum over `service`'s replicas of `name`'s matching series, then
-    /// reduced over ticks with `reduce` (max, min). `None` when no tick had the series.
+    /// Per tick of `first..=last`: per replica the sum of `name`'s series that `filter` keeps,
+    /// combined `across` the replicas, then reduced over the ticks with `over` (max, min). `None`
+    /// when no tick had the series.
+    #[allow(clippy::too_many_arguments)]
     pub fn gauge(
         &self,
-        phase: usize,
+        first: usize,
+        last: usize,
         service: &str,
         name: &str,
-        keep: impl Fn(&str) -> bool,
-        per_replica: bool,
-        reduce: fn(f64, f64) -> f64,
+        filter: Filter,
+        across: Across,
+        over: fn(f64, f64) -> f64,
     ) -> Option<f64> {
-        let (from, to) = self.window(phase)?;
-        let across = per_replica.then_some(reduce);
-        self.ticks[from + usize::from(from < to)..=to]
+        self.ticks[first..=last]
             .iter()
-            .filter_map(|tick| self.tick_value(tick, service, name, &keep, across))
-            .reduce(reduce)
+            .filter_map(|tick| self.tick_value(tick, service, name, filter, across))
+            .reduce(over)
     }
 
-    /// At the last tick of `phase` where EVERY replica of `service` known then was read and had
-    /// the series: `name`'s matching series per replica, reduced over the replicas with `across`
-    /// (`min`: what every replica reads — a flag applied by all of them). A tick where one
-    /// replica was down (OOM-killed, restarting) is skipped, not read as the others' value. For
-    /// a state that takes a moment to arrive (a flag's watch, the plan probe's 5 s refresh), where
-    /// a reduction over the window would read its first seconds.
+    /// At the last tick of `first..=last` where EVERY replica of `service` known then was read
+    /// and had the series: `name`'s series that `filter` keeps per replica, combined `across`
+    /// the replicas (`Min`: what every replica reads — a flag applied by all of them). A tick
+    /// where one replica was down (OOM-killed, restarting) is skipped, not read as the others'
+    /// value.
     pub fn gauge_last(
         &self,
-        phase: usize,
+        first: usize,
+        last: usize,
         service: &str,
         name: &str,
-        keep: impl Fn(&str) -> bool,
-        across: fn(f64, f64) -> f64,
+        filter: Filter,
+        across: Across,
     ) -> Option<f64> {
-        let (from, to) = self.window(phase)?;
-        self.ticks[from + usize::from(from < to)..=to]
+        self.ticks[first..=last]
             .iter()
             .rev()
             .filter(|tick| {
@@ -206,23 +210,23 @@ impl Series<'_> {
                         scrape.as_ref().is_some_and(|m| {
                             m.keys().any(|k| {
                                 let (n, labels) = split(k);
-                                n == name && keep(labels)
+                                n == name && filter.keep(labels)
                             })
                         })
                     })
             })
-            .find_map(|tick| self.tick_value(tick, service, name, &keep, Some(across)))
+            .find_map(|tick| self.tick_value(tick, service, name, filter, across))
     }
 
-    /// One tick: per replica the sum of `name`'s matching series; then over the replicas,
-    /// `across` (or their sum). `None` when no replica had the series.
+    /// One tick: per replica the sum of `name`'s series that `filter` keeps; then combined
+    /// `across` the replicas. `None` when no replica had the series.
     fn tick_value(
         &self,
         tick: &Tick,
         service: &str,
         name: &str,
-        keep: &impl Fn(&str) -> bool,
-        across: Option<fn(f64, f64) -> f64>,
+        filter: Filter,
+        across: Across,
     ) -> Option<f64> {
         let mut total: Option<f64> = None;
         for (ti, target) in self.targets.iter().enumerate() {
@@ -235,25 +239,34 @@ impl Series<'_> {
             let mut replica_sum: Option<f64> = None;
             for (series, v) in scrape {
                 let (n, labels) = split(series);
-                if n == name && keep(labels) {
+                if n == name && filter.keep(labels) {
                     replica_sum = Some(replica_sum.unwrap_or(0.0) + v);
                 }
             }
             if let Some(r) = replica_sum {
                 total = Some(match (total, across) {
                     (None, _) => r,
-                    (Some(t), Some(f)) => f(t, r),
-                    (Some(t), None) => t + r,
+                    (Some(t), Across::Sum) => t + r,
+                    (Some(t), Across::Max) => t.max(r),
+                    (Some(t), Across::Min) => t.min(r),
                 });
             }
         }
         total
     }
 
-    /// `histogram_quantile` over the increases of `name`_bucket on `service` during `phase`
-    /// (linear interpolation inside the bucket, as Prometheus does). `None` with no observations.
-    pub fn quantile(&self, phase: usize, service: &str, name: &str, q: f64) -> Option<f64> {
-        let buckets = self.increase_by(phase, service, &format!("{name}_bucket"), |l| {
+    /// `histogram_quantile` over the increases of `name`_bucket on `service` from tick `from`
+    /// to `to` (linear interpolation inside the bucket, as Prometheus does). `None` with no
+    /// observations.
+    pub fn quantile(
+        &self,
+        from: usize,
+        to: usize,
+        service: &str,
+        name: &str,
+        q: f64,
+    ) -> Option<f64> {
+        let buckets = self.increase_between(from, to, service, &format!("{name}_bucket"), |l| {
             let le = label(l, "le")?;
             let bound = if le == "+Inf" {
                 f64::INFINITY
@@ -339,13 +352,13 @@ mod tests {
             targets: &targets,
             ticks: &ticks,
         };
-        let all = |_: &str| true;
+        let all = Filter::All;
         assert_eq!(
-            s.gauge(1, "entity-service", g, all, true, f64::min),
+            s.gauge(1, 3, "entity-service", g, all, Across::Min, f64::min),
             Some(0.0)
         );
         assert_eq!(
-            s.gauge_last(1, "entity-service", g, all, f64::min),
+            s.gauge_last(1, 3, "entity-service", g, all, Across::Min),
             Some(1.0)
         );
     }
@@ -369,13 +382,20 @@ mod tests {
                 Some([(off.to_string(), b), (on.to_string(), 1.0 - b)].into()),
             ],
         };
-        let keep = |l: &str| label(l, "variant") == Some("off");
+        let keep = Filter::Is("variant", "off");
         let read = |ticks: &[Tick]| {
             Series {
                 targets: &targets,
                 ticks,
             }
-            .gauge_last(1, "orchestrator", "lab_flag_variant", keep, f64::min)
+            .gauge_last(
+                1,
+                ticks.len() - 1,
+                "orchestrator",
+                "lab_flag_variant",
+                keep,
+                Across::Min,
+            )
         };
         let mut ticks = vec![tick(0.0, 0.0, 0.0), tick(1.0, 1.0, 0.0)];
         ticks[0].phase = 0;
@@ -433,11 +453,11 @@ mod tests {
             ticks: &ticks,
         };
         assert_eq!(
-            s.increase(0, "edge-gateway", "lab_errors_total", |_| true),
+            s.increase(0, 1, "edge-gateway", "lab_errors_total", Filter::All),
             2.0
         );
         assert_eq!(
-            s.increase(1, "edge-gateway", "lab_errors_total", |_| true),
+            s.increase(1, 3, "edge-gateway", "lab_errors_total", Filter::All),
             4.0
         );
         assert_eq!(
@@ -484,7 +504,7 @@ mod tests {
             ticks: &ticks,
         };
         // 5 (10 -> 15) + 4 (restart) + 2 (4 -> 6) + 1: the 503 series born at the last tick.
-        assert_eq!(s.increase(1, "gw", "req_total", |_| true), 12.0);
+        assert_eq!(s.increase(0, 4, "gw", "req_total", Filter::All), 12.0);
     }
 
     #[test]

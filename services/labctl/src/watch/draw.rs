@@ -112,19 +112,14 @@ fn draw_panel(f: &mut Frame, area: Rect, panel: &lab_report::charts::Panel, run:
     let spark_w = inner_width.saturating_sub(label_w + value_w + 2);
     let colours = [Color::Cyan, Color::Red, Color::Green, Color::Magenta];
     let lines: Vec<Line> = panel
-        .lines
-        .iter()
+        .quantities()
         .enumerate()
-        .map(|(k, l)| {
-            let pts = run.points(&l.q);
+        .map(|(k, q)| {
+            let pts = run.points(q);
             let values: Vec<f64> = pts.iter().map(|(_, v)| *v).collect();
-            let now = run
-                .ticks
-                .len()
-                .checked_sub(1)
-                .and_then(|i| run.eval(&l.q, i));
+            let now = run.ticks.len().checked_sub(1).and_then(|i| run.value(q, i));
             Line::from(vec![
-                Span::raw(truncate(l.short_for(run), label_w)),
+                Span::raw(truncate(q.short_for(!run.load.is_empty()), label_w)),
                 Span::raw(" "),
                 Span::styled(
                     format!("{:>value_w$}", fmt(now)),

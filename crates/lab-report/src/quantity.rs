@@ -1,0 +1,334 @@
+//! What a run's numbers are, defined once: a [`Quantity`] is an expression over the scraped
+//! series ([`Expr`]) evaluated over a [`Window`] of ticks. A phase's summary row is the
+//! expression over the phase's window; a chart's point at second `t` is the same expression over
+//! the [`RATE_WINDOW`] seconds before `t`. The table, the charts, `labctl watch` and the
+//! scenario verdicts read the one list, [`crate::quantities::QUANTITIES`], so a row and its
+//! panel line cannot drift apart.
+
+use crate::series::{label, Series, Tick};
+
+/// Which series of a metric a quantity reads.
+#[derive(Debug, Clone, Copy)]
+pub enum Filter {
+    All,
+    /// The label has this value.
+    Is(&'static str, &'static str),
+    /// The label's value starts with this.
+    StartsWith(&'static str, &'static str),
+    /// Both filters hold.
+    Both(&'static Filter, &'static Filter),
+}
+
+impl Filter {
+    pub fn keep(&self, labels: &str) -> bool {
+        match self {
+            Filter::All => true,
+            Filter::Is(l, v) => label(labels, l) == Some(v),
+            Filter::StartsWith(l, p) => label(labels, l).is_some_and(|x| x.starts_with(p)),
+            Filter::Both(a, b) => a.keep(labels) && b.keep(labels),
+        }
+    }
+}
+
+/// How a gauge's replicas are combined at one tick (each replica's matching series summed first).
+#[derive(Debug, Clone, Copy)]
+pub enum Across {
+    Sum,
+    Max,
+    Min,
+}
+
+/// How a gauge's ticks are combined over a window.
+#[derive(Debug, Clone, Copy)]
+pub enum Over {
+    Max,
+    Min,
+    /// The last tick where every replica of the service was read and had the series: for a
+    /// state that takes a moment to arrive (a flag's watch, the plan probe's 5 s refresh), where
+    /// a reduction over the window would read its first seconds.
+    Last,
+}
+
+/// A unit conversion.
+#[derive(Debug, Clone, Copy)]
+pub enum Scale {
+    Times(f64),
+    Per(f64),
+}
+
+/// One quantity, as an expression over the window's series and the load generator's record.
+#[derive(Debug, Clone, Copy)]
+pub enum Expr {
+    /// A counter's increase over the window, summed over the service's replicas (a restart and
+    /// a failed scrape survived, see [`Series`]). `None` when the service has no replica.
+    Increase {
+        service: &'static str,
+        metric: &'static str,
+        filter: Filter,
+    },
+    /// A gauge: per replica the sum of its matching series, `across` the replicas at a tick,
+    /// `over` the window's ticks. `None` when no tick had the series.
+    Gauge {
+        service: &'static str,
+        metric: &'static str,
+        filter: Filter,
+        across: Across,
+        over: Over,
+    },
+    /// `histogram_quantile(q)` of a histogram's increase over the window, in its own unit.
+    Quantile {
+        service: &'static str,
+        metric: &'static str,
+        q: f64,
+    },
+    /// Requests the load generator sent in the window's seconds (by intended send time). With
+    /// no load record (`labctl watch` attached from outside): the gateway's answers.
+    Sent,
+    /// 200s within the 3 s budget the load generator got in the window's seconds. With no load
+    /// record: the gateway's 200s (the gateway answers 504 at 3 s, so its 200s are in budget).
+    Good,
+    /// Per second of the window.
+    PerSecond(&'static Expr),
+    /// `times × a / b`, when `b > 0`.
+    Ratio {
+        a: &'static Expr,
+        b: &'static Expr,
+        times: f64,
+    },
+    /// Attempts per first attempt, `a / (a − r)`: when there were attempts, more than retries.
+    PerFirst {
+        attempts: &'static Expr,
+        retries: &'static Expr,
+    },
+    Scaled(&'static Expr, Scale),
+    /// Divided by the number of the service's replicas the run knew.
+    PerReplica(&'static str, &'static Expr),
+    /// `then`, only where `gate` read exactly `is` over the same window: a fact whose source
+    /// was down reads "not measured", not its gauge's stale value.
+    Only {
+        gate: &'static Expr,
+        is: f64,
+        then: &'static Expr,
+    },
+    /// Against the same expression over the run's first phase (a [`Frame::first`] must be set).
+    VsFirst(&'static Expr),
+}
+
+impl Expr {
+    /// Every metric the expression reads (dashboards show the same ones).
+    pub fn metrics(&self) -> Vec<&'static str> {
+        match self {
+            Expr::Increase { metric, .. }
+            | Expr::Gauge { metric, .. }
+            | Expr::Quantile { metric, .. } => vec![metric],
+            Expr::Sent | Expr::Good => vec![],
+            Expr::PerSecond(e) | Expr::Scaled(e, _) | Expr::PerReplica(_, e) | Expr::VsFirst(e) => {
+                e.metrics()
+            }
+            Expr::Ratio { a, b, .. } => [a.metrics(), b.metrics()].concat(),
+            Expr::PerFirst { attempts, retries } => {
+                [attempts.metrics(), retries.metrics()].concat()
+            }
+            Expr::Only { gate, then, .. } => [gate.metrics(), then.metrics()].concat(),
+        }
+    }
+
+    /// Whether the expression reads the load generator's record (and stands in the gateway's
+    /// counters without one).
+    pub fn reads_load(&self) -> bool {
+        match self {
+            Expr::Sent | Expr::Good => true,
+            Expr::PerSecond(e) | Expr::Scaled(e, _) | Expr::PerReplica(_, e) | Expr::VsFirst(e) => {
+                e.reads_load()
+            }
+            Expr::Ratio { a, b, .. } => a.reads_load() || b.reads_load(),
+            _ => false,
+        }
+    }
+}
+
+/// Seconds behind a chart's point: like `rate(...[5s])` — one-second increments of a few hundred
+/// requests are too noisy to read.
+pub const RATE_WINDOW: usize = 5;
+
+/// The ticks a window reads.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Ticks {
+    /// Counters count from this tick's values (it is not inside the window).
+    pub base: usize,
+    /// Gauges read `first..=last`.
+    pub first: usize,
+    pub last: usize,
+}
+
+/// Where an expression is evaluated: ticks, their seconds, and the load generator's seconds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Window {
+    /// `None`: no tick fell in the window (counters read 0, gauges nothing).
+    pub ticks: Option<Ticks>,
+    /// What "per second" divides by.
+    pub seconds: f64,
+    /// The load generator's seconds `[from, to)`, counted from the load's start (the run's t = 0).
+    pub load: (f64, f64),
+}
+
+impl Window {
+    /// Phase `phase` as its ticks are labelled: from the tick before its first (the baseline)
+    /// to its last; `seconds` long from `start`.
+    pub fn phase(ticks: &[Tick], phase: usize, seconds: f64, start: f64) -> Self {
+        Self::of(ticks, |t| t.phase == phase, seconds, start)
+    }
+
+    /// Phase `phase` from second `from` on (`seconds` long): its ticks before `from` are set
+    /// apart, the last of them (or the tick before the phase) the baseline.
+    pub fn phase_from(ticks: &[Tick], phase: usize, from: f64, seconds: f64) -> Self {
+        Self::of(ticks, |t| t.phase == phase && t.t >= from, seconds, from)
+    }
+
+    /// The ticks `inside` keeps, from the tick before the first of them (the baseline) to the
+    /// last; a window whose first tick is the run's first (the baseline scrape) has gauges skip
+    /// it. Load seconds: `[start, start + seconds)`.
+    fn of(ticks: &[Tick], inside: impl Fn(&Tick) -> bool, seconds: f64, start: f64) -> Self {
+        let first = ticks.iter().position(&inside);
+        let last = ticks.iter().rposition(&inside);
+        let ticks = first.zip(last).map(|(first, last)| {
+            let base = first.saturating_sub(1);
+            Ticks {
+                base,
+                first: base + usize::from(base < last),
+                last,
+            }
+        });
+        Window {
+            ticks,
+            seconds,
+            load: (start, start + seconds),
+        }
+    }
+
+    /// The chart's window at tick `i`: the `span` ticks before it (fewer at the run's start),
+    /// gauges read at `i` itself.
+    pub fn at(ticks: &[Tick], i: usize, span: usize) -> Self {
+        let base = i - span.min(i);
+        let (t0, t1) = (ticks[base].t, ticks[i].t);
+        Window {
+            ticks: Some(Ticks {
+                base,
+                first: i,
+                last: i,
+            }),
+            seconds: t1 - t0,
+            // Whole load seconds the counters' increments cover.
+            load: (t0.floor(), t1.floor()),
+        }
+    }
+}
+
+/// Everything an expression reads: the series, the load generator's record, and (for
+/// [`Expr::VsFirst`]) the first phase's window.
+pub struct Frame<'a> {
+    pub series: Series<'a>,
+    pub load: &'a [lab_load::SecondSample],
+    pub first: Option<Window>,
+}
+
+impl Frame<'_> {
+    /// The value of `e` over `w`; `None`: not measurable there (a non-finite result included).
+    pub fn eval(&self, e: &Expr, w: &Window) -> Option<f64> {
+        self.raw(e, w).filter(|v| v.is_finite())
+    }
+
+    fn raw(&self, e: &Expr, w: &Window) -> Option<f64> {
+        let s = &self.series;
+        match *e {
+            Expr::Increase {
+                service,
+                metric,
+                filter,
+            } => {
+                if !s.targets.iter().any(|t| t.service == service) {
+                    return None;
+                }
+                Some(match w.ticks {
+                    Some(t) => s.increase(t.base, t.last, service, metric, filter),
+                    None => 0.0,
+                })
+            }
+            Expr::Gauge {
+                service,
+                metric,
+                filter,
+                across,
+                over,
+            } => {
+                let t = w.ticks?;
+                match over {
+                    Over::Max => {
+                        s.gauge(t.first, t.last, service, metric, filter, across, f64::max)
+                    }
+                    Over::Min => {
+                        s.gauge(t.first, t.last, service, metric, filter, across, f64::min)
+                    }
+                    Over::Last => s.gauge_last(t.first, t.last, service, metric, filter, across),
+                }
+            }
+            Expr::Quantile { service, metric, q } => {
+                let t = w.ticks?;
+                s.quantile(t.base, t.last, service, metric, q)
+            }
+            Expr::Sent | Expr::Good if self.load.is_empty() => self.raw(
+                if matches!(e, Expr::Sent) {
+                    &crate::quantities::GW_REQUESTS
+                } else {
+                    &crate::quantities::GW_200
+                },
+                w,
+            ),
+            Expr::Sent | Expr::Good => {
+                let n: u64 = self
+                    .load
+                    .iter()
+                    .filter(|x| {
+                        let t = x.second as f64;
+                        t >= w.load.0 && t < w.load.1
+                    })
+                    .map(|x| {
+                        if matches!(e, Expr::Sent) {
+                            x.sent
+                        } else {
+                            x.good
+                        }
+                    })
+                    .sum();
+                Some(n as f64)
+            }
+            Expr::PerSecond(e) => {
+                let v = self.raw(e, w)?;
+                (w.seconds > 0.0).then(|| v / w.seconds)
+            }
+            Expr::Ratio { a, b, times } => {
+                let (a, b) = (self.raw(a, w)?, self.raw(b, w)?);
+                (b > 0.0).then(|| times * a / b)
+            }
+            Expr::PerFirst { attempts, retries } => {
+                let (a, r) = (self.raw(attempts, w)?, self.raw(retries, w)?);
+                (a > r && a > 0.0).then(|| a / (a - r))
+            }
+            Expr::Scaled(e, Scale::Times(k)) => self.raw(e, w).map(|v| v * k),
+            Expr::Scaled(e, Scale::Per(k)) => self.raw(e, w).map(|v| v / k),
+            Expr::PerReplica(service, e) => {
+                // A mean per replica needs a window of scrapes.
+                w.ticks?;
+                let n = s.targets.iter().filter(|t| t.service == service).count();
+                self.raw(e, w).map(|v| v / n.max(1) as f64)
+            }
+            Expr::Only { gate, is, then } => {
+                (self.raw(gate, w) == Some(is)).then(|| self.raw(then, w))?
+            }
+            Expr::VsFirst(e) => {
+                let first = self.eval(e, self.first.as_ref()?)?;
+                Some(self.eval(e, w)? / first)
+            }
+        }
+    }
+}
