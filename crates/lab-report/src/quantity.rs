@@ -60,7 +60,8 @@ pub enum Scale {
 #[derive(Debug, Clone, Copy)]
 pub enum Expr {
     /// A counter's increase over the window, summed over the service's replicas (a restart and
-    /// a failed scrape survived, see [`Series`]). `None` when the service has no replica.
+    /// a failed scrape survived, see [`Series`]). `None` when the service has no replica or the
+    /// window no tick.
     Increase {
         service: &'static str,
         metric: &'static str,
@@ -164,7 +165,7 @@ pub struct Ticks {
 /// Where an expression is evaluated: ticks, their seconds, and the load generator's seconds.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Window {
-    /// `None`: no tick fell in the window (counters read 0, gauges nothing).
+    /// `None`: no tick fell in the window: nothing scraped is measured there.
     pub ticks: Option<Ticks>,
     /// What "per second" divides by.
     pub seconds: f64,
@@ -246,13 +247,11 @@ impl Frame<'_> {
                 metric,
                 filter,
             } => {
-                if !s.targets.iter().any(|t| t.service == service) {
-                    return None;
-                }
-                Some(match w.ticks {
-                    Some(t) => s.increase(t.base, t.last, service, metric, filter),
-                    None => 0.0,
-                })
+                let t = w.ticks?;
+                s.targets
+                    .iter()
+                    .any(|t| t.service == service)
+                    .then(|| s.increase(t.base, t.last, service, metric, filter))
             }
             Expr::Gauge {
                 service,
@@ -317,8 +316,6 @@ impl Frame<'_> {
             Expr::Scaled(e, Scale::Times(k)) => self.raw(e, w).map(|v| v * k),
             Expr::Scaled(e, Scale::Per(k)) => self.raw(e, w).map(|v| v / k),
             Expr::PerReplica(service, e) => {
-                // A mean per replica needs a window of scrapes.
-                w.ticks?;
                 let n = s.targets.iter().filter(|t| t.service == service).count();
                 self.raw(e, w).map(|v| v / n.max(1) as f64)
             }
@@ -330,5 +327,61 @@ impl Frame<'_> {
                 Some(self.eval(e, w)? / first)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::series::Target;
+
+    fn tick(t: f64, phase: usize, requests: f64) -> Tick {
+        let key = r#"gateway_requests_total{status="200"}"#.to_string();
+        Tick {
+            t,
+            phase,
+            scrapes: vec![Some([(key, requests)].into())],
+        }
+    }
+
+    #[test]
+    fn a_window_that_no_scrape_fell_in_is_not_measured_but_the_load_generator_still_counts() {
+        let targets = [Target {
+            service: "edge-gateway".into(),
+            replica: "edge-gateway-1".into(),
+            url: String::new(),
+        }];
+        // Phase 1's verdict window starts at 1.5 s, after its only tick (its action ran late).
+        let ticks = [tick(0.0, 0, 0.0), tick(1.0, 1, 10.0), tick(2.0, 2, 30.0)];
+        let load = [lab_load::SecondSample {
+            second: 1,
+            sent: 12,
+            ok: 12,
+            good: 12,
+            errors: 0,
+            p50_ms: 1.0,
+            p99_ms: 2.0,
+        }];
+        let frame = Frame {
+            series: Series {
+                targets: &targets,
+                ticks: &ticks,
+            },
+            load: &load,
+            first: None,
+        };
+        let rps = Expr::PerSecond(&crate::quantities::GW_REQUESTS);
+        let empty = Window::phase_from(&ticks, 1, 1.5, 0.5);
+        assert_eq!(empty.ticks, None);
+        assert_eq!(frame.eval(&rps, &empty), None, "not 0 rps: nobody looked");
+        let whole = Window::phase(&ticks, 1, 1.0, 1.0);
+        assert_eq!(frame.eval(&rps, &whole), Some(10.0));
+        assert_eq!(
+            frame.eval(&Expr::PerSecond(&Expr::Sent), &whole),
+            Some(12.0)
+        );
+        // A chart's point: the same expression over the seconds before the tick.
+        assert_eq!(frame.eval(&rps, &Window::at(&ticks, 2, 5)), Some(15.0));
+        assert_eq!(frame.eval(&rps, &Window::at(&ticks, 0, 5)), None);
     }
 }
