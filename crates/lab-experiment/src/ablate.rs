@@ -20,7 +20,11 @@ use serde::Serialize;
 use crate::cell::{self, CellArgs, CellResult, CellSpec};
 use crate::replay::Calibration;
 use crate::{Globals, Mode};
+
+mod claims;
+use claims::claims;
 use lab_report::html::{esc, head};
+use lab_report::verdict::{Outcome, Verdict};
 use lab_seed::ApiKeyRecord;
 
 #[derive(Debug, Clone, clap::Args)]
@@ -258,13 +262,6 @@ struct Row {
 }
 
 #[derive(Serialize)]
-struct Claim {
-    quote: &'static str,
-    verdict: String,
-    evidence: String,
-}
-
-#[derive(Serialize)]
 struct Summary<'a> {
     calibration: &'a Calibration,
     rate: f64,
@@ -273,7 +270,7 @@ struct Summary<'a> {
     repeat: u32,
     quick: bool,
     rows: &'a [Row],
-    claims: &'a [Claim],
+    claims: &'a [Verdict],
     cells: &'a [CellResult],
     seconds: f64,
 }
@@ -541,207 +538,6 @@ fn fmt(v: Option<f64>, digits: usize) -> String {
     v.map_or("—".into(), |v| format!("{v:.digits$}"))
 }
 
-/// The postmortem's claims against the matrix's numbers. A claim the measured cells cannot
-/// decide says so ("not tested"), with what would decide it.
-fn claims(rows: &[Row]) -> Vec<Claim> {
-    let mut out = Vec::new();
-    let gp = |id: &str| row(rows, id).and_then(|r| r.goodput_pct);
-
-    // 1. The retry budget first.
-    let mut alone: Vec<(&str, f64)> = rows
-        .iter()
-        .filter(|r| r.group == Group::Base && r.id != "base")
-        .filter_map(|r| r.goodput_pct.map(|g| (r.id.as_str(), g)))
-        .collect();
-    alone.sort_by(|a, b| b.1.total_cmp(&a.1));
-    let rank = alone.iter().position(|(id, _)| *id == "base+retry_budget");
-    // With repetitions, a first place counts only if its worst run beats the runner-up's best.
-    let clear_of_spread = |a: &str, b: &str| -> Option<bool> {
-        let lo = row(rows, a)?.metrics.get("goodput_pct")?.1;
-        let hi = row(rows, b)?.metrics.get("goodput_pct")?.2;
-        Some(lo > hi)
-    };
-    let repeats = row(rows, "base+retry_budget").map_or(0, |r| r.repeats);
-    out.push(Claim {
-        quote: "The retry budget is the most important control here, and the one I'd add first if you only add one thing.",
-        verdict: match rank {
-            _ if alone.len() < CLIENT_CONTROLS.len() => format!(
-                "not tested (needs base + each of the {} controls alone; {} measured)",
-                CLIENT_CONTROLS.len(),
-                alone.len()
-            ),
-            None => "not tested (needs base + retry budget)".into(),
-            Some(0) => {
-                let margin = alone[0].1 - alone[1].1;
-                if margin < 1.0 {
-                    format!("tied: first by {margin:.1} pp, inside one repetition's noise")
-                } else if repeats > 1 {
-                    match clear_of_spread(alone[0].0, alone[1].0) {
-                        Some(true) => "supported".into(),
-                        _ => format!("suggested: first by {margin:.1} pp, but the spreads overlap"),
-                    }
-                } else {
-                    "supported (one repetition)".into()
-                }
-            }
-            Some(k) => format!(
-                "not supported: the retry budget ranks {} of {}",
-                k + 1,
-                alone.len()
-            ),
-        },
-        evidence: format!(
-            "goodput while stale, each control alone on base ({} %): {}",
-            fmt(gp("base"), 1),
-            alone
-                .iter()
-                .map(|(id, g)| format!("{} {g:.1} %", id.trim_start_matches("base+")))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-    });
-
-    // 2. Amplification collapses automatically, in under a second.
-    // The worst repetition: one storm in three is a storm.
-    let run = |id: &str| {
-        row(rows, id)?
-            .metrics
-            .get("retry_amplified_seconds_longest")
-            .map(|s| s.2)
-    };
-    let peak = |id: &str| metric(rows, id, "retry_amplification_peak_1s");
-    out.push(Claim {
-        quote: "Amplification collapses from 9× to 1× automatically, in under a second.",
-        verdict: match (run("base"), run("base+retry_budget")) {
-            (Some(b), Some(r)) if b <= 1.0 => format!(
-                "not tested: without the budget retries never amplified above 1.2× for more than {b:.0} s in a row (nothing to collapse; with it: {r:.0} s)"
-            ),
-            (Some(_), Some(r)) if r <= 1.0 => {
-                "supported (at this lab's 1-second resolution)".into()
-            }
-            (Some(_), Some(r)) => format!(
-                "not supported: with the retry budget alone retries amplified above 1.2× for {r:.0} s in a row"
-            ),
-            _ => "not tested (needs base and base + retry budget)".into(),
-        },
-        evidence: format!(
-            "retries' amplification second by second (gateway attempts per first × orchestrator attempts per first): longest run above 1.2× — base {} s, base + retry budget {} s, legacy {} s, all {} s; 1-s peak — base {}×, base + retry budget {}×, legacy {}×, all {}×",
-            fmt(run("base"), 0),
-            fmt(run("base+retry_budget"), 0),
-            fmt(run("legacy"), 0),
-            fmt(run("all"), 0),
-            fmt(peak("base"), 2),
-            fmt(peak("base+retry_budget"), 2),
-            fmt(peak("legacy"), 2),
-            fmt(peak("all"), 2),
-        ),
-    });
-
-    // 3. The semaphore: partial degradation instead of collapse.
-    let sem = gp("base+concurrency_limit");
-    let base = gp("base");
-    out.push(Claim {
-        quote: "A semaphore in front of entity-service sized to its actual capacity would have made this incident a partial degradation instead of a collapse.",
-        verdict: match (sem, base) {
-            (Some(_), Some(b)) if b >= COLLAPSE_BELOW_PCT => format!(
-                "not tested: base did not collapse without it (goodput {b:.1} % ≥ {COLLAPSE_BELOW_PCT} %)"
-            ),
-            (Some(s), Some(_)) if s >= COLLAPSE_BELOW_PCT => "supported".into(),
-            (Some(s), Some(_)) => format!(
-                "not supported: with the limit alone goodput was {s:.1} %, still a collapse"
-            ),
-            _ => "not tested (needs base and base + concurrency limit)".into(),
-        },
-        evidence: format!(
-            "goodput while stale (collapse: below {COLLAPSE_BELOW_PCT} % of offered) — legacy {} %, base {} %, base + concurrency limit {} %, all {} %",
-            fmt(gp("legacy"), 1),
-            fmt(base, 1),
-            fmt(sem, 1),
-            fmt(gp("all"), 1)
-        ),
-    });
-
-    // 4. Full jitter, fewer total calls.
-    let calls = |id: &str| metric(rows, id, "entity_calls_total");
-    let pairs = [("base", "base+jitter"), ("all-jitter", "all")];
-    let measured: Vec<(f64, f64)> = pairs
-        .iter()
-        .filter_map(|(a, b)| Some((calls(a)?, calls(b)?)))
-        .collect();
-    out.push(Claim {
-        quote: "Full jitter produces fewer total calls.",
-        verdict: if measured.is_empty() {
-            "not tested (needs base and base + full jitter, or all and all but full jitter)".into()
-        } else if measured
-            .iter()
-            .all(|(without, with)| *with < 0.98 * without)
-        {
-            "supported".into()
-        } else if measured
-            .iter()
-            .all(|(without, with)| *with > 1.02 * without)
-        {
-            "not supported: more calls with full jitter".into()
-        } else if measured
-            .iter()
-            .all(|(without, with)| (*with - without).abs() <= 0.02 * without)
-        {
-            "not supported: no difference beyond 2%".into()
-        } else {
-            // Pairs disagree (one fewer, one more, or one beyond 2% and one within): a mixed
-            // result is not "no difference" (issue 24: +3.8% and +0.3% were labelled so).
-            let each: Vec<String> = measured
-                .iter()
-                .map(|(without, with)| format!("{:+.1}%", 100.0 * (with / without - 1.0)))
-                .collect();
-            format!(
-                "mixed: calls with full jitter {} across the pairs",
-                each.join(" and ")
-            )
-        },
-        evidence: pairs
-            .iter()
-            .map(|(a, b)| {
-                format!(
-                    "entity-service calls without jitter ({a}) {} vs with ({b}) {}",
-                    fmt(calls(a), 0),
-                    fmt(calls(b), 0)
-                )
-            })
-            .collect::<Vec<_>>()
-            .join("; "),
-    });
-
-    // 5. The storm outlives its trigger.
-    let rec = |id: &str| row(rows, id).map(|r| (r.recovery_seconds, r.stayed_failed));
-    out.push(Claim {
-        quote: "(implicit) The storm outlives its trigger: the error rate stayed at 34% until the retries were switched off; ANALYZE came last.",
-        verdict: match rec("legacy") {
-            Some((_, n)) if n > 0 => "supported: legacy had not recovered at the end of the recovery window".into(),
-            Some((Some(s), _)) if s > 10.0 => format!("partly: legacy recovered, {s:.0} s after ANALYZE"),
-            Some((Some(s), _)) => format!("not supported here: legacy recovered {s:.0} s after ANALYZE (labctl map tries other loads and trigger sizes)"),
-            _ => "not tested (needs legacy)".into(),
-        },
-        evidence: rows
-            .iter()
-            .filter(|r| ["legacy", "base", "all"].contains(&r.id.as_str()))
-            .map(|r| {
-                format!(
-                    "{}: {}",
-                    r.id,
-                    if r.stayed_failed > 0 {
-                        format!("stayed failed ({} of {})", r.stayed_failed, r.repeats)
-                    } else {
-                        format!("recovered {} s after ANALYZE", fmt(r.recovery_seconds, 0))
-                    }
-                )
-            })
-            .collect::<Vec<_>>()
-            .join("; "),
-    });
-    out
-}
-
 fn md_title(rate: f64, cal: &Calibration) -> String {
     format!(
         "Ablation of the fix on the real trigger — {rate:.0} rps ({:.2} × the stale capacity of {:.0} rps)",
@@ -758,7 +554,7 @@ fn markdown(
     rollback_after: Option<u64>,
     args: &AblateArgs,
     rows: &[Row],
-    claims: &[Claim],
+    claims: &[Verdict],
     seconds: f64,
 ) -> String {
     let mut md = format!("# {}\n\n", md_title(rate, cal));
@@ -864,8 +660,11 @@ fn markdown(
     for c in claims {
         let _ = writeln!(
             md,
-            "- > {}\n\n  **{}** — {}\n",
-            c.quote, c.verdict, c.evidence
+            "- > {}\n\n  **{}** — {} — {}\n",
+            c.postmortem.as_deref().unwrap_or(""),
+            c.outcome.words(false),
+            c.checks_markdown(),
+            c.evidence
         );
     }
 
@@ -947,25 +746,28 @@ fn bars_svg(rows: &[Row]) -> String {
     s
 }
 
-fn html(title: &str, rows: &[Row], claims: &[Claim], md: &str) -> String {
+fn html(title: &str, rows: &[Row], claims: &[Verdict], md: &str) -> String {
     let mut h = String::new();
     head(&mut h, title);
     h.push_str("<h2>Goodput while the plan is stale, per cell</h2><p class='why'>Bars: goodput as a share of the offered load (red: legacy and legacy + one control; orange: base + one control; green: the full fix and all but one; blue: your policies). The thin dark bar under each is the 5xx share.</p>");
     h.push_str(&bars_svg(rows));
-    h.push_str("<h2>The postmortem's claims</h2><table><tr><th>claim</th><th>verdict</th><th>evidence</th></tr>");
+    h.push_str("<h2>The postmortem's claims</h2><table><tr><th>claim</th><th>verdict</th><th>checks</th><th>evidence</th></tr>");
     for c in claims {
-        let class = if c.verdict.starts_with("supported") {
-            "ok"
-        } else if c.verdict.starts_with("not supported") {
-            "no"
-        } else {
-            ""
+        let class = match c.outcome {
+            Outcome::Reproduced => "ok",
+            Outcome::NotReproduced => "no",
+            Outcome::NotMeasured => "na",
         };
         let _ = write!(
             h,
-            "<tr><td>{}</td><td class='{class}'>{}</td><td>{}</td></tr>",
-            esc(c.quote),
-            esc(&c.verdict),
+            "<tr><td>{}</td><td class='{class}'>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(c.postmortem.as_deref().unwrap_or("")),
+            c.outcome.words(false),
+            c.checks
+                .iter()
+                .map(|k| esc(&k.markdown()))
+                .collect::<Vec<_>>()
+                .join("<br>"),
             esc(&c.evidence)
         );
     }
@@ -1053,6 +855,7 @@ mod tests {
 
     #[test]
     fn claims_follow_the_numbers_both_ways() {
+        use lab_report::verdict::Outcome::*;
         let mut rows = vec![
             row("legacy", Group::Legacy, 20.0, 9000.0, 30.0),
             row("base", Group::Base, 30.0, 8000.0, 20.0),
@@ -1068,12 +871,17 @@ mod tests {
             .filter(|r| r.id != "base+breaker")
             .map(|r| row(&r.id, r.group, r.goodput_pct.unwrap(), 0.0, 0.0))
             .collect();
-        assert!(claims(&partial)[0].verdict.starts_with("not tested"));
+        assert_eq!(
+            claims(&partial)[0].outcome,
+            NotMeasured,
+            "{:?}",
+            claims(&partial)[0]
+        );
         let c = claims(&rows);
-        assert!(c[0].verdict.starts_with("supported"), "{}", c[0].evidence);
-        assert!(c[1].verdict.starts_with("supported"), "{}", c[1].verdict);
-        assert_eq!(c[2].verdict, "supported");
-        assert_eq!(c[3].verdict, "supported");
+        assert_eq!(c[0].outcome, Reproduced, "{:?}", c[0]);
+        assert_eq!(c[1].outcome, Reproduced, "{:?}", c[1]);
+        assert_eq!(c[2].outcome, Reproduced, "{:?}", c[2]);
+        assert_eq!(c[3].outcome, Reproduced, "{:?}", c[3]);
         // Flip the numbers: the same claims fail.
         rows[2].goodput_pct = Some(40.0);
         rows[2]
@@ -1084,26 +892,10 @@ mod tests {
             .metrics
             .insert("entity_calls_total".into(), (8500.0, 8500.0, 8500.0));
         let c = claims(&rows);
-        assert!(
-            c[0].verdict.starts_with("not supported"),
-            "{}",
-            c[0].verdict
-        );
-        assert!(
-            c[1].verdict.starts_with("not supported"),
-            "{}",
-            c[1].verdict
-        );
-        assert!(
-            c[2].verdict.starts_with("not supported"),
-            "{}",
-            c[2].verdict
-        );
-        assert!(
-            c[3].verdict.starts_with("not supported"),
-            "{}",
-            c[3].verdict
-        );
+        assert_eq!(c[0].outcome, NotReproduced, "{:?}", c[0]);
+        assert_eq!(c[1].outcome, NotReproduced, "{:?}", c[1]);
+        assert_eq!(c[2].outcome, NotReproduced, "{:?}", c[2]);
+        assert_eq!(c[3].outcome, NotReproduced, "{:?}", c[3]);
         // Nothing collapsed and nothing amplified: those claims are untested, not "supported".
         for r in rows.iter_mut() {
             r.goodput_pct = Some(90.0);
@@ -1111,12 +903,13 @@ mod tests {
                 .insert("retry_amplified_seconds_longest".into(), (0.0, 0.0, 0.0));
         }
         let c = claims(&rows);
-        assert!(c[1].verdict.starts_with("not tested"), "{}", c[1].verdict);
-        assert!(c[2].verdict.starts_with("not tested"), "{}", c[2].verdict);
+        assert_eq!(c[1].outcome, NotMeasured, "{:?}", c[1]);
+        assert_eq!(c[2].outcome, NotMeasured, "{:?}", c[2]);
     }
 
     #[test]
-    fn the_jitter_claim_names_a_mixed_result_as_mixed() {
+    fn the_jitter_claim_shows_each_pair_and_holds_only_when_every_pair_has_fewer_calls() {
+        use lab_report::verdict::Outcome::*;
         let with_calls = |pairs: &[(&str, f64)]| -> Vec<Row> {
             pairs
                 .iter()
@@ -1128,22 +921,30 @@ mod tests {
                 })
                 .collect()
         };
-        let jitter = |rows: &[Row]| claims(rows)[3].verdict.clone();
-        // +3.8% and +0.3% (issue 24): not "no difference beyond 2%".
-        let mixed = with_calls(&[
+        let jitter = |pairs: &[(&str, f64)]| claims(&with_calls(pairs))[3].clone();
+        // +3.8% and +0.3% (issue 24: once labelled "no difference beyond 2%"): each pair shown.
+        let mixed = jitter(&[
             ("base", 1000.0),
             ("base+jitter", 1038.0),
             ("all-jitter", 1000.0),
             ("all", 1003.0),
         ]);
-        assert!(jitter(&mixed).starts_with("mixed"), "{}", jitter(&mixed));
-        assert!(jitter(&mixed).contains("+3.8%"), "{}", jitter(&mixed));
-        let same = with_calls(&[
+        assert_eq!(mixed.outcome, NotReproduced);
+        let shown = mixed.checks_markdown();
+        assert!(
+            shown.contains(": 3.8") && shown.contains(": 0.3"),
+            "{shown}"
+        );
+        let fewer = jitter(&[
             ("base", 1000.0),
-            ("base+jitter", 1010.0),
+            ("base+jitter", 950.0),
             ("all-jitter", 1000.0),
-            ("all", 995.0),
+            ("all", 970.0),
         ]);
-        assert_eq!(jitter(&same), "not supported: no difference beyond 2%");
+        assert_eq!(fewer.outcome, Reproduced, "{fewer:?}");
+        // One pair only measured: it decides; none: not measured.
+        let one = jitter(&[("base", 1000.0), ("base+jitter", 990.0)]);
+        assert_eq!((one.checks.len(), one.outcome), (1, NotReproduced));
+        assert_eq!(jitter(&[("base", 1000.0)]).outcome, NotMeasured);
     }
 }

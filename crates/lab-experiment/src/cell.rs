@@ -649,7 +649,7 @@ async fn run_one(
     // What was left of the recovery window once ANALYZE had finished (a slow ANALYZE
     // shortens it; "stayed failed" means "not within this").
     metrics.insert("recovery_window_s".into(), run_end - analyze_end);
-    let consistent = outcome.consistency.iter().all(|c| c.ok);
+    let consistent = outcome.consistency.iter().all(|c| c.holds());
     let trigger_failed: Vec<String> = outcome
         .actions
         .iter()

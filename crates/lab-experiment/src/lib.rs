@@ -53,6 +53,7 @@ use serde::Serialize;
 
 use lab_load::TenantMix;
 use lab_native::supervise;
+use lab_report::verdict::{Check, Outcome, Verdict};
 use lab_report::{html, summary as report};
 use lab_seed::ApiKeyRecord;
 use scrape::Target;
@@ -81,6 +82,12 @@ impl Mode {
             Mode::Legacy => "legacy",
             Mode::Resilient => "resilient",
         }
+    }
+
+    /// The fixed client: its verdicts say whether the fix held, not whether the postmortem's
+    /// step was reproduced.
+    pub fn is_fix(self) -> bool {
+        self != Mode::Legacy
     }
 }
 
@@ -141,22 +148,15 @@ struct Report<'a> {
     extra_flags: &'a [String],
     targets: &'a [Target],
     phases: &'a [engine::PhaseReport],
-    expectations: Vec<ExpectationResult>,
+    /// The phases' postmortem steps (`verdict:`), judged as the replay judges them.
+    steps: &'a [Verdict],
+    /// The scenario's `expect:` ranges for this mode.
+    expectations: &'a [Verdict],
     /// The run's own bookkeeping: sent = answered by status, 5xx = sum of origins.
-    consistency: &'a [report::Check],
+    consistency: &'a [Check],
     actions: &'a [engine::ActionRun],
     load: &'a lab_load::LoadReport,
     restarts_during_run: u32,
-}
-
-#[derive(Serialize, Clone)]
-struct ExpectationResult {
-    metric: String,
-    phase: String,
-    min: Option<f64>,
-    max: Option<f64>,
-    value: Option<f64>,
-    ok: bool,
 }
 
 /// Seconds since the Unix epoch (run directories' names).
@@ -248,7 +248,8 @@ pub async fn run(
     };
     let outcome = engine::execute(&run, globals, keys).await?;
     let phases = &outcome.phases;
-    let expectations = expectations(&sc, args.mode, phases);
+    let steps = sc.verdicts(args.mode.variant(), phases);
+    let expectations = sc.expectations(args.mode.variant(), phases);
     let restarts_after = restarts()?.max(restarts_before);
 
     let md = markdown(
@@ -259,7 +260,7 @@ pub async fn run(
         tenants,
         &outcome,
         restarts_after - restarts_before,
-        &expectations,
+        [&steps, &expectations],
     );
     println!("\n{md}");
     let report = Report {
@@ -268,7 +269,8 @@ pub async fn run(
         extra_flags: &args.flags,
         targets: &outcome.targets,
         phases,
-        expectations: expectations.clone(),
+        steps: &steps,
+        expectations: &expectations,
         consistency: &outcome.consistency,
         actions: &outcome.actions,
         load: &outcome.load,
@@ -282,8 +284,12 @@ pub async fn run(
     let html = html::render(&out)?;
     println!("report written to {} ({})", out.display(), html.display());
     fail_on_inconsistency(&outcome.consistency, &out)?;
-    if args.strict && expectations.iter().any(|e| !e.ok) {
-        bail!("expectations not met (see above)");
+    if args.strict
+        && expectations
+            .iter()
+            .any(|e| e.outcome != Outcome::Reproduced)
+    {
+        bail!("expectations not met or not measured (see above)");
     }
     Ok(Ran {
         out,
@@ -316,39 +322,6 @@ fn extra_flags(flags: &[String]) -> anyhow::Result<Vec<(String, String)>> {
     Ok(extra)
 }
 
-/// The scenario's expected ranges for `mode`, each against what its phase measured.
-fn expectations(
-    sc: &scenario::Scenario,
-    mode: Mode,
-    phases: &[engine::PhaseReport],
-) -> Vec<ExpectationResult> {
-    sc.expect
-        .get(mode.variant())
-        .map(|checks| {
-            checks
-                .iter()
-                .map(|(metric, e)| {
-                    let value = phases
-                        .iter()
-                        .find(|p| p.name == e.phase)
-                        .and_then(|p| p.summary.get(metric).copied());
-                    let ok = value.is_some_and(|v| {
-                        e.min.is_none_or(|m| v >= m) && e.max.is_none_or(|m| v <= m)
-                    });
-                    ExpectationResult {
-                        metric: metric.clone(),
-                        phase: e.phase.clone(),
-                        min: e.min,
-                        max: e.max,
-                        value,
-                        ok,
-                    }
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// The game day's summary.md: the phases' table, the 5xx by origin, the load, the expectations.
 #[allow(clippy::too_many_arguments)] // one report, written from what run() has at hand
 fn markdown(
@@ -359,7 +332,7 @@ fn markdown(
     tenants: TenantMix,
     outcome: &engine::Outcome,
     restarts: u32,
-    expectations: &[ExpectationResult],
+    [steps, expectations]: [&[Verdict]; 2],
 ) -> String {
     let phases = &outcome.phases;
     let title = format!(
@@ -394,29 +367,32 @@ fn markdown(
         "\nLoad: {} sent, by status {:?}. Replica restarts during the run: {}.\n",
         outcome.load.sent, outcome.load.by_status, restarts
     ));
-    if !expectations.is_empty() {
-        md.push_str("\nExpectations for this mode:\n\n");
-        for e in expectations {
-            md.push_str(&format!(
-                "- {} {} in {}: {} (expected {}..{})\n",
-                if e.ok { "PASS" } else { "FAIL" },
-                e.metric,
-                e.phase,
-                e.value.map_or("—".into(), |v| format!("{v:.2}")),
-                e.min.map_or("".into(), |v| format!("{v}")),
-                e.max.map_or("".into(), |v| format!("{v}")),
-            ));
+    let fix = args.mode.is_fix();
+    for (title, verdicts) in [
+        ("The postmortem's steps", steps),
+        ("Expectations for this mode", expectations),
+    ] {
+        if verdicts.is_empty() {
+            continue;
+        }
+        md.push_str(&format!("\n{title}:\n\n"));
+        for v in verdicts {
+            md.push_str(&format!("- {}: **{}**", v.phase, v.outcome.words(fix)));
+            for c in &v.checks {
+                md.push_str(&format!("; {}", c.markdown()));
+            }
+            md.push('\n');
         }
     }
     md
 }
 
 /// A run whose own counts do not add up fails, loudly, after writing its report.
-pub fn fail_on_inconsistency(checks: &[report::Check], out: &Path) -> anyhow::Result<()> {
+pub fn fail_on_inconsistency(checks: &[Check], out: &Path) -> anyhow::Result<()> {
     let broken: Vec<&str> = checks
         .iter()
-        .filter(|c| !c.ok)
-        .map(|c| c.name.as_str())
+        .filter(|c| !c.holds())
+        .map(|c| c.check.as_str())
         .collect();
     if !broken.is_empty() {
         bail!(

@@ -11,9 +11,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::replay::{Calibration, ReplayArgs, Replayed, StepOutcome, StepVerdict, Verdict};
+use crate::replay::{Calibration, ReplayArgs, Replayed};
 use crate::scenario::Scenario;
 use crate::Mode;
+use lab_report::verdict::{Check, Outcome, Verdict};
 
 /// The replay's rate may move this much between calibrations ((max − min) / mean): more, and a
 /// repetition replays a different operating point, not the same morning again.
@@ -22,7 +23,7 @@ pub const RATE_STABILITY_MAX: f64 = 0.10;
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RepMode {
     pub mode: Mode,
-    pub steps: Vec<StepVerdict>,
+    pub steps: Vec<Verdict>,
     pub fix_quality: Option<f64>,
     /// The run's own counts added up (report::consistency): otherwise its steps are not measured.
     pub consistent: bool,
@@ -44,7 +45,7 @@ pub struct StepTally {
     pub phase: String,
     pub mode: Mode,
     /// Per repetition, in order.
-    pub outcomes: Vec<StepOutcome>,
+    pub outcomes: Vec<Outcome>,
     pub reproduced: usize,
     pub not_reproduced: usize,
     pub not_measured: usize,
@@ -122,7 +123,7 @@ impl Repeats {
                                 mode: m.mode,
                                 steps: m.steps.clone(),
                                 fix_quality: m.fix_quality,
-                                consistent: m.consistency.iter().all(|c| c.ok),
+                                consistent: m.consistency.iter().all(|c| c.holds()),
                             })
                             .collect(),
                     },
@@ -298,7 +299,7 @@ impl Repeats {
             md.push_str(&format!(
                 " {}: {} | per repetition |",
                 m.variant(),
-                StepOutcome::Reproduced.words(*m)
+                Outcome::Reproduced.words(m.is_fix())
             ));
         }
         md.push_str("\n|---|---|---|");
@@ -306,10 +307,10 @@ impl Repeats {
             md.push_str(":---:|---|");
         }
         md.push('\n');
-        let mark = |o: StepOutcome| match o {
-            StepOutcome::Reproduced => "✔",
-            StepOutcome::NotReproduced => "✘",
-            StepOutcome::NotMeasured => "?",
+        let mark = |o: Outcome| match o {
+            Outcome::Reproduced => "✔",
+            Outcome::NotReproduced => "✘",
+            Outcome::NotMeasured => "?",
         };
         for p in &sc.phases {
             let (time, obs) = p
@@ -347,7 +348,7 @@ impl Repeats {
                 "- {}: {every} of {} steps {} in all {n} repetitions; {} in some but not all; {none} in none ({unmeasured} of them not measured in any)\n",
                 m.variant(),
                 of_mode.len(),
-                StepOutcome::Reproduced.words(*m),
+                Outcome::Reproduced.words(m.is_fix()),
                 of_mode.len() - every - none,
             ));
         }
@@ -383,18 +384,14 @@ impl Repeats {
                 t.reproduced
             ));
             for (i, r) in self.repetitions.iter().enumerate() {
-                let o = t
-                    .outcomes
-                    .get(i)
-                    .copied()
-                    .unwrap_or(StepOutcome::NotMeasured);
-                if o == StepOutcome::Reproduced {
+                let o = t.outcomes.get(i).copied().unwrap_or(Outcome::NotMeasured);
+                if o == Outcome::Reproduced {
                     continue;
                 }
                 md.push_str(&format!(
                     "- {}: {} — {}\n",
                     r.dir,
-                    o.words(t.mode),
+                    o.words(t.mode.is_fix()),
                     reason(r, t)
                 ));
             }
@@ -430,7 +427,7 @@ fn reason(r: &Repetition, t: &StepTally) -> String {
     step.checks
         .iter()
         .filter(|c| c.ok != Some(true))
-        .map(Verdict::markdown)
+        .map(Check::markdown)
         .collect::<Vec<_>>()
         .join("; ")
 }
@@ -444,25 +441,24 @@ fn tally(sc: &Scenario, modes: &[Mode], reps: &[Repetition]) -> Vec<StepTally> {
             .iter()
             .filter(|p| p.verdict.contains_key(mode.variant()))
         {
-            let outcomes: Vec<StepOutcome> = reps
+            let outcomes: Vec<Outcome> = reps
                 .iter()
                 .map(|r| {
                     r.modes
                         .iter()
                         .find(|m| m.mode == *mode && m.consistent)
                         .and_then(|m| m.steps.iter().find(|s| s.phase == p.name))
-                        .map_or(StepOutcome::NotMeasured, |s| s.outcome)
+                        .map_or(Outcome::NotMeasured, |s| s.outcome)
                 })
                 .collect();
-            let count = |o: StepOutcome| outcomes.iter().filter(|x| **x == o).count();
+            let count = |o: Outcome| outcomes.iter().filter(|x| **x == o).count();
             out.push(StepTally {
                 phase: p.name.clone(),
                 mode: *mode,
-                reproduced: count(StepOutcome::Reproduced),
-                not_reproduced: count(StepOutcome::NotReproduced),
-                not_measured: count(StepOutcome::NotMeasured),
-                every: !outcomes.is_empty()
-                    && outcomes.iter().all(|o| *o == StepOutcome::Reproduced),
+                reproduced: count(Outcome::Reproduced),
+                not_reproduced: count(Outcome::NotReproduced),
+                not_measured: count(Outcome::NotMeasured),
+                every: !outcomes.is_empty() && outcomes.iter().all(|o| *o == Outcome::Reproduced),
                 outcomes,
             });
         }
@@ -537,9 +533,9 @@ mod tests {
         let sc = sc();
         let step = |phase: &str, mode: Mode, v: f64| {
             let p = sc.phases.iter().find(|p| p.name == phase).unwrap();
-            let checks: Vec<Verdict> = p.verdict[mode.variant()]
+            let checks: Vec<Check> = p.verdict[mode.variant()]
                 .iter()
-                .map(|c| Verdict {
+                .map(|c| Check {
                     check: c.describe("—"),
                     value: Some(v),
                     reference: None,
@@ -547,13 +543,7 @@ mod tests {
                     precondition: c.precondition,
                 })
                 .collect();
-            let outcome = StepOutcome::of(&checks);
-            StepVerdict {
-                phase: phase.into(),
-                checks,
-                outcome,
-                reproduced: outcome == StepOutcome::Reproduced,
-            }
+            Verdict::of(phase, checks)
         };
         Repetition {
             dir: format!("rep-{i}"),
@@ -638,9 +628,9 @@ mod tests {
         assert_eq!(
             storm.outcomes,
             vec![
-                StepOutcome::Reproduced,
-                StepOutcome::NotMeasured,
-                StepOutcome::NotMeasured
+                Outcome::Reproduced,
+                Outcome::NotMeasured,
+                Outcome::NotMeasured
             ]
         );
         assert!(!storm.every);

@@ -24,14 +24,14 @@ use anyhow::{bail, Context};
 use serde::Serialize;
 
 use crate::action::Action;
-use crate::engine::{self, Outcome, TargetSource};
+use crate::engine::{self, TargetSource};
 use crate::scenario::{self, Scenario};
 use crate::{act, now_s, Globals, Mode};
 use lab_load::{DocSource, Docs, LoadArgs, TenantMix};
 use lab_native::Service;
 use lab_native::UpArgs;
-use lab_report::quantities::Unit;
 use lab_report::summary as report;
+use lab_report::verdict::{Check, Outcome, Verdict};
 use lab_seed::ApiKeyRecord;
 use lab_trigger::backfill::{Job, Step};
 
@@ -175,97 +175,11 @@ pub struct Calibration {
     pub notes: Vec<String>,
 }
 
-#[derive(Debug, Clone, Serialize, serde::Deserialize)]
-pub struct Verdict {
-    pub check: String,
-    pub value: Option<f64>,
-    pub reference: Option<f64>,
-    /// `None`: a value was missing (not measured).
-    pub ok: Option<bool>,
-    /// A precondition (the command ran, the flag took effect, the trigger happened), not the
-    /// verdict itself.
-    pub precondition: bool,
-}
-
-impl Verdict {
-    /// `✔ `check`: reference → value` (marked when a precondition), as the reports show it.
-    pub fn markdown(&self) -> String {
-        let key = self.check.split_whitespace().next().unwrap_or("");
-        let r = self
-            .reference
-            .map(|r| format!("{} → ", fmt_row(key, Some(r))))
-            .unwrap_or_default();
-        format!(
-            "{}{} `{}`: {r}{}",
-            if self.precondition {
-                "precondition "
-            } else {
-                ""
-            },
-            match self.ok {
-                Some(true) => "✔",
-                Some(false) => "✘",
-                None => "?",
-            },
-            self.check,
-            fmt_row(key, self.value)
-        )
-    }
-}
-
-/// What a step came to. For legacy: the postmortem's step reproduced or not; for resilient: the
-/// fix held or not. `NotMeasured`: a precondition failed or a value was missing — no verdict.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum StepOutcome {
-    Reproduced,
-    NotReproduced,
-    NotMeasured,
-}
-
-impl StepOutcome {
-    /// The words for `mode`: legacy reproduces the postmortem, resilient's fix holds.
-    pub fn words(self, mode: Mode) -> &'static str {
-        match (self, mode) {
-            (StepOutcome::Reproduced, Mode::Legacy) => "reproduced",
-            (StepOutcome::NotReproduced, Mode::Legacy) => "not reproduced",
-            (StepOutcome::Reproduced, _) => "fix held",
-            (StepOutcome::NotReproduced, _) => "fix did not hold",
-            (StepOutcome::NotMeasured, _) => "not measured",
-        }
-    }
-
-    /// Preconditions first: any not holding makes the step not measured; then the verdict's
-    /// checks: any missing value is not measured, all holding is reproduced.
-    pub fn of(checks: &[Verdict]) -> StepOutcome {
-        if checks.iter().any(|c| c.precondition && c.ok != Some(true)) {
-            return StepOutcome::NotMeasured;
-        }
-        let verdict: Vec<_> = checks.iter().filter(|c| !c.precondition).collect();
-        if verdict.is_empty() || verdict.iter().any(|c| c.ok.is_none()) {
-            StepOutcome::NotMeasured
-        } else if verdict.iter().all(|c| c.ok == Some(true)) {
-            StepOutcome::Reproduced
-        } else {
-            StepOutcome::NotReproduced
-        }
-    }
-}
-
-#[derive(Debug, Clone, Serialize, serde::Deserialize)]
-pub struct StepVerdict {
-    pub phase: String,
-    pub checks: Vec<Verdict>,
-    pub outcome: StepOutcome,
-    /// `outcome == Reproduced` (kept for readers of older summaries).
-    pub reproduced: bool,
-}
-
 #[derive(Serialize, serde::Deserialize)]
 pub struct ModeReport {
     pub mode: Mode,
     phases: Vec<engine::PhaseReport>,
-    pub steps: Vec<StepVerdict>,
+    pub steps: Vec<Verdict>,
     pub consistency: Vec<report::Check>,
     actions: Vec<engine::ActionRun>,
     load_sent: u64,
@@ -491,39 +405,6 @@ pub(super) async fn calibrate(
     })
 }
 
-fn verdicts(sc: &Scenario, mode: Mode, phases: &[engine::PhaseReport]) -> Vec<StepVerdict> {
-    let mut out = Vec::new();
-    for (i, p) in sc.phases.iter().enumerate() {
-        let Some(checks) = p.verdict.get(mode.variant()) else {
-            continue;
-        };
-        let mut list = Vec::new();
-        for c in checks {
-            let value = phases[i].summary.get(&c.metric).copied();
-            // A reference only where the check compares with one (an absolute bound shown as
-            // "0.0% → 0.0%" read as a comparison it is not).
-            let r = sc.reference(i, c).filter(|_| c.needs_reference());
-            let reference = r.and_then(|r| phases[r].summary.get(&c.metric).copied());
-            let ref_name = r.map_or("—", |r| sc.phases[r].name.as_str());
-            list.push(Verdict {
-                check: c.describe(ref_name),
-                value,
-                reference,
-                ok: c.holds(value, reference),
-                precondition: c.precondition,
-            });
-        }
-        let outcome = StepOutcome::of(&list);
-        out.push(StepVerdict {
-            phase: p.name.clone(),
-            checks: list,
-            outcome,
-            reproduced: outcome == StepOutcome::Reproduced,
-        });
-    }
-    out
-}
-
 /// The postmortem's Performance Comparison (its words and numbers, quoted) by report row:
 /// before (steady), during the incident (10:15 peak), after the fix.
 const POSTMORTEM_TABLE: &[(&str, &str, &str, &str)] = &[
@@ -553,11 +434,6 @@ const POSTMORTEM_TABLE: &[(&str, &str, &str, &str)] = &[
     ("db_connections_max", "61 / 200", "200 / 200", "58"),
     ("orchestrator_replicas_max", "24", "60 (thrashing)", "24"),
 ];
-
-fn fmt_row(key: &str, v: Option<f64>) -> String {
-    let unit = lab_report::quantities::find(key).map_or(Unit::Plain, |q| q.unit);
-    unit.fmt(v)
-}
 
 pub(super) fn markdown(
     sc: &Scenario,
@@ -620,7 +496,7 @@ pub(super) fn markdown(
             let measured = step.map_or("—".to_string(), |s| {
                 s.checks
                     .iter()
-                    .map(Verdict::markdown)
+                    .map(Check::markdown)
                     .collect::<Vec<_>>()
                     .join("<br>")
             });
@@ -628,13 +504,13 @@ pub(super) fn markdown(
                 Some(s) => {
                     let e = reproduced.entry(m.mode).or_default();
                     e[match s.outcome {
-                        StepOutcome::Reproduced => 0,
-                        StepOutcome::NotReproduced => 1,
-                        StepOutcome::NotMeasured => 2,
+                        Outcome::Reproduced => 0,
+                        Outcome::NotReproduced => 1,
+                        Outcome::NotMeasured => 2,
                     }] += 1;
                     match s.outcome {
-                        StepOutcome::Reproduced => s.outcome.words(m.mode).to_string(),
-                        o => format!("**{}**", o.words(m.mode)),
+                        Outcome::Reproduced => s.outcome.words(m.mode.is_fix()).to_string(),
+                        o => format!("**{}**", o.words(m.mode.is_fix())),
                     }
                 }
                 None => "—".to_string(),
@@ -651,8 +527,8 @@ pub(super) fn markdown(
              failed or a value was missing)\n",
             mode.variant(),
             ok + no + unmeasured,
-            StepOutcome::Reproduced.words(*mode),
-            StepOutcome::NotReproduced.words(*mode),
+            Outcome::Reproduced.words(mode.is_fix()),
+            Outcome::NotReproduced.words(mode.is_fix()),
         ));
     }
 
@@ -980,9 +856,9 @@ async fn replay_once(
             out: dir.clone(),
             time_scale: args.time_scale,
         };
-        let outcome: Outcome = engine::execute(&run, g, keys.to_vec()).await?;
+        let outcome: engine::Outcome = engine::execute(&run, g, keys.to_vec()).await?;
         lab_native::down(&g.state_dir).await?;
-        let steps = verdicts(sc, mode, &outcome.phases);
+        let steps = sc.verdicts(mode.variant(), &outcome.phases);
         let fix_quality = fix_quality(sc, &outcome.phases, cal.stale_capacity_rps);
         // A mode whose counts do not add up fails the replay, but only after BOTH modes ran and
         // the report was written (it says so): bailing here skipped the other mode and wrote
@@ -1025,33 +901,6 @@ async fn replay_once(
 mod tests {
     use super::*;
 
-    fn v(ok: Option<bool>, precondition: bool) -> Verdict {
-        Verdict {
-            check: "x".into(),
-            value: None,
-            reference: None,
-            ok,
-            precondition,
-        }
-    }
-
-    #[test]
-    fn a_step_is_reproduced_only_when_its_preconditions_and_every_check_hold() {
-        use StepOutcome::*;
-        let t = Some(true);
-        let f = Some(false);
-        assert_eq!(StepOutcome::of(&[v(t, true), v(t, false)]), Reproduced);
-        assert_eq!(StepOutcome::of(&[v(t, true), v(f, false)]), NotReproduced);
-        // A failed or unmeasured precondition: no verdict either way, whatever the checks say.
-        assert_eq!(StepOutcome::of(&[v(f, true), v(t, false)]), NotMeasured);
-        assert_eq!(StepOutcome::of(&[v(None, true), v(f, false)]), NotMeasured);
-        // A check whose source was down (the plan probe refused a grant) is not a pass.
-        assert_eq!(StepOutcome::of(&[v(None, false), v(t, false)]), NotMeasured);
-        // Preconditions alone are not a verdict.
-        assert_eq!(StepOutcome::of(&[v(t, true)]), NotMeasured);
-        assert_eq!(Reproduced.words(Mode::Resilient), "fix held");
-    }
-
     #[test]
     fn the_fix_in_one_number_is_not_measured_without_a_stale_capacity() {
         let y = "name: x\nsummary: s\ndescription: d\nrate: 10\nphases:\n\
@@ -1084,7 +933,7 @@ mod tests {
         );
         assert_eq!(fix_quality(&sc, &phases, f64::NAN), None, "not 40 / 100");
         assert_eq!(
-            StepOutcome::NotReproduced.words(Mode::Legacy),
+            Outcome::NotReproduced.words(Mode::Legacy.is_fix()),
             "not reproduced"
         );
     }

@@ -8,6 +8,8 @@ use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
 
 use crate::action::Action;
+use lab_report::summary::PhaseReport;
+use lab_report::verdict::{Check, Verdict};
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -107,7 +109,7 @@ pub struct Postmortem {
 /// verdict needs to mean anything (the scenario's command ran, the flag took effect, the trigger
 /// happened): a precondition that fails or is not measured makes the step *not measured*, never
 /// reproduced and never failed.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct VerdictCheck {
     pub metric: String,
@@ -171,6 +173,23 @@ impl VerdictCheck {
             }
         }
         Some(ok)
+    }
+
+    /// The check against phase `i`'s summary (and its reference phase's, where it compares).
+    pub fn evaluate(&self, sc: &Scenario, i: usize, phases: &[PhaseReport]) -> Check {
+        let value = phases[i].summary.get(&self.metric).copied();
+        // A reference only where the check compares with one (an absolute bound shown as
+        // "0.0% → 0.0%" read as a comparison it is not).
+        let r = sc.reference(i, self).filter(|_| self.needs_reference());
+        let reference = r.and_then(|r| phases[r].summary.get(&self.metric).copied());
+        let ref_name = r.map_or("—", |r| sc.phases[r].name.as_str());
+        Check {
+            check: self.describe(ref_name),
+            value,
+            reference,
+            ok: self.holds(value, reference),
+            precondition: self.precondition,
+        }
     }
 
     /// The condition in words (`rises`, `≥ 2× steady`, `in [0.5, 10]`).
@@ -376,6 +395,44 @@ impl Scenario {
             }
         }
         (best, false)
+    }
+
+    /// Every phase's verdict for `mode` (`legacy`, `resilient`), against the run's phases.
+    pub fn verdicts(&self, mode: &str, phases: &[PhaseReport]) -> Vec<Verdict> {
+        self.phases
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| {
+                let checks = p.verdict.get(mode)?;
+                let checks = checks.iter().map(|c| c.evaluate(self, i, phases));
+                let v = Verdict::of(&p.name, checks.collect());
+                Some(match &p.postmortem {
+                    Some(pm) => v.about(&format!("{} {}", pm.time, pm.observation)),
+                    None => v,
+                })
+            })
+            .collect()
+    }
+
+    /// The `expect:` ranges for `mode`, as verdicts of their phases (one per range: each is a
+    /// claim of its own).
+    pub fn expectations(&self, mode: &str, phases: &[PhaseReport]) -> Vec<Verdict> {
+        let Some(ranges) = self.expect.get(mode) else {
+            return Vec::new();
+        };
+        ranges
+            .iter()
+            .filter_map(|(metric, e)| {
+                let i = self.phases.iter().position(|p| p.name == e.phase)?;
+                let check = VerdictCheck {
+                    metric: metric.clone(),
+                    min: e.min,
+                    max: e.max,
+                    ..VerdictCheck::default()
+                };
+                Some(Verdict::of(&e.phase, vec![check.evaluate(self, i, phases)]))
+            })
+            .collect()
     }
 
     /// The phase a verdict check of phase `i` compares with.

@@ -12,6 +12,8 @@
 //! - [`recorded`]: a run read back from its directory, and the check that its table
 //!   recomputes from its own series.
 //! - [`html`]: `report.html`, one self-contained file per run, drawn from the run's own files.
+//! - [`verdict`]: one verdict type — a check measured or not, a step reproduced, not
+//!   reproduced or not measured — for every experiment and a run's own bookkeeping.
 //! - [`trace`]: the worst trace a run keeps beside its report.
 //!
 //! Nothing here measures: every function is a pure reading of what a run wrote.
@@ -24,3 +26,4 @@ pub mod recorded;
 pub mod series;
 pub mod summary;
 pub mod trace;
+pub mod verdict;

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use crate::quantities;
 use crate::quantity::{Frame, Window};
 use crate::series::Series;
+pub use crate::verdict::Check;
 
 pub type PhaseSummary = BTreeMap<String, f64>;
 
@@ -117,15 +118,6 @@ fn origin_of_5xx(labels: &str) -> Option<String> {
     ))
 }
 
-/// One check of the run's own bookkeeping: two independent counts that must agree exactly.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct Check {
-    pub name: String,
-    pub expected: f64,
-    pub got: f64,
-    pub ok: bool,
-}
-
 /// The run checks itself: what the load generator sent was answered (by status) and seen by
 /// the gateway, and every 5xx it received is named by exactly one origin at the gateway. A report
 /// whose counts do not add up says so, loudly, rather than publishing numbers nobody can trust.
@@ -148,12 +140,7 @@ pub fn consistency(s: &Series, load: &lab_load::LoadReport) -> Vec<Check> {
         crate::series::label(l, "status").is_some_and(|st| st.starts_with('5'))
     });
     let origins: f64 = origins_run(s).values().sum();
-    let check = |name: &str, expected: f64, got: f64| Check {
-        name: name.to_string(),
-        expected,
-        got,
-        ok: (expected - got).abs() < 0.5,
-    };
+    let check = Check::counts_agree;
     vec![
         check(
             "load: sent = answered by status (incl. client timeouts)",
@@ -216,10 +203,10 @@ pub fn origins_markdown(
     for c in checks {
         md.push_str(&format!(
             "- {} {}: expected {:.0}, got {:.0}\n",
-            if c.ok { "OK  " } else { "FAIL" },
-            c.name,
-            c.expected,
-            c.got
+            if c.holds() { "OK  " } else { "FAIL" },
+            c.check,
+            c.reference.unwrap_or(f64::NAN),
+            c.value.unwrap_or(f64::NAN)
         ));
     }
     md

@@ -1,0 +1,232 @@
+//! One verdict type for every experiment: a [`Check`] is one measured condition (a value, what
+//! it was compared with, whether it held — or `None`: not measured); a [`Verdict`] is a step's
+//! checks and what they came to, an [`Outcome`]. The replay's postmortem steps, a game day's
+//! expectations and a run's own bookkeeping (its counts add up) are all written with them.
+//!
+//! The rule that makes a verdict believable (issue 24): a value that is missing, or a
+//! precondition that did not hold, is *not measured* — never reproduced, never failed.
+
+use serde::{Deserialize, Serialize};
+
+use crate::quantities::{self, Unit};
+
+/// What a step came to. In legacy mode, whether the postmortem's step was reproduced; for the
+/// fixed client, whether the fix held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Reproduced,
+    NotReproduced,
+    NotMeasured,
+}
+
+impl Outcome {
+    /// The words for the buggy client (`fix: false`: reproduces the postmortem) or the fixed
+    /// one (its fix holds).
+    pub fn words(self, fix: bool) -> &'static str {
+        match (self, fix) {
+            (Outcome::Reproduced, false) => "reproduced",
+            (Outcome::NotReproduced, false) => "not reproduced",
+            (Outcome::Reproduced, true) => "fix held",
+            (Outcome::NotReproduced, true) => "fix did not hold",
+            (Outcome::NotMeasured, _) => "not measured",
+        }
+    }
+
+    pub fn mark(self) -> &'static str {
+        match self {
+            Outcome::Reproduced => "✔",
+            Outcome::NotReproduced => "✘",
+            Outcome::NotMeasured => "?",
+        }
+    }
+
+    /// Preconditions first: any not holding makes the step not measured; then the verdict's
+    /// checks: any missing value is not measured, all holding is reproduced. No verdict check
+    /// at all: not measured (a step that claims nothing proves nothing).
+    pub fn of(checks: &[Check]) -> Outcome {
+        if checks.iter().any(|c| c.precondition && c.ok != Some(true)) {
+            return Outcome::NotMeasured;
+        }
+        let verdict: Vec<&Check> = checks.iter().filter(|c| !c.precondition).collect();
+        if verdict.is_empty() || verdict.iter().any(|c| c.ok.is_none()) {
+            Outcome::NotMeasured
+        } else if verdict.iter().all(|c| c.ok == Some(true)) {
+            Outcome::Reproduced
+        } else {
+            Outcome::NotReproduced
+        }
+    }
+}
+
+/// One measured condition. Summaries written before the one type named a consistency check's
+/// fields `name`, `got` and `expected`: they read back as `check`, `value` and `reference`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Check {
+    /// The condition in words (`amplification_ratio ≥ 6`), its first word the quantity's id
+    /// where it is about one.
+    #[serde(alias = "name")]
+    pub check: String,
+    #[serde(alias = "got")]
+    pub value: Option<f64>,
+    /// What the value was compared with (another phase's value, the count it must equal).
+    #[serde(alias = "expected")]
+    pub reference: Option<f64>,
+    /// `None`: a value was missing (not measured).
+    pub ok: Option<bool>,
+    /// A precondition (the command ran, the flag took effect, the trigger happened), not the
+    /// verdict itself.
+    #[serde(default)]
+    pub precondition: bool,
+}
+
+impl Check {
+    /// Two independent counts of the same thing, which must agree exactly (a run's bookkeeping).
+    pub fn counts_agree(name: &str, expected: f64, got: f64) -> Check {
+        Check {
+            check: name.to_string(),
+            value: Some(got),
+            reference: Some(expected),
+            ok: Some((expected - got).abs() < 0.5),
+            precondition: false,
+        }
+    }
+
+    /// It was measured and it held.
+    pub fn holds(&self) -> bool {
+        self.ok == Some(true)
+    }
+
+    /// `✔ `check`: reference → value` (marked when a precondition), as the reports show it,
+    /// the values in the unit of the quantity the check names.
+    pub fn markdown(&self) -> String {
+        let key = self.check.split_whitespace().next().unwrap_or("");
+        let unit = quantities::find(key).map_or(Unit::Plain, |q| q.unit);
+        let r = self
+            .reference
+            .map(|r| format!("{} → ", unit.fmt(Some(r))))
+            .unwrap_or_default();
+        format!(
+            "{}{} `{}`: {r}{}",
+            if self.precondition {
+                "precondition "
+            } else {
+                ""
+            },
+            match self.ok {
+                Some(true) => "✔",
+                Some(false) => "✘",
+                None => "?",
+            },
+            self.check,
+            unit.fmt(self.value)
+        )
+    }
+}
+
+/// A step's checks and what they came to ([`Outcome::of`] them, always).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Verdict {
+    /// The phase (or window) the checks are about.
+    pub phase: String,
+    /// The postmortem's line the verdict is about (a step's observation, a claim quoted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub postmortem: Option<String>,
+    pub checks: Vec<Check>,
+    pub outcome: Outcome,
+    /// `outcome == Reproduced` (kept for readers of older summaries).
+    pub reproduced: bool,
+    /// What else a reader needs to weigh it (the numbers behind the checks).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub evidence: String,
+}
+
+impl Verdict {
+    pub fn of(phase: &str, checks: Vec<Check>) -> Verdict {
+        let outcome = Outcome::of(&checks);
+        Verdict {
+            phase: phase.to_string(),
+            postmortem: None,
+            checks,
+            outcome,
+            reproduced: outcome == Outcome::Reproduced,
+            evidence: String::new(),
+        }
+    }
+
+    /// The same, about the postmortem's `line`.
+    pub fn about(mut self, line: &str) -> Verdict {
+        self.postmortem = Some(line.to_string());
+        self
+    }
+
+    /// The same, with `evidence`.
+    pub fn with_evidence(mut self, evidence: String) -> Verdict {
+        self.evidence = evidence;
+        self
+    }
+
+    /// The checks in words, `; `-separated (`✔ `goodput_pct ≥ 50`: 61.2%`).
+    pub fn checks_markdown(&self) -> String {
+        let checks: Vec<String> = self.checks.iter().map(Check::markdown).collect();
+        checks.join("; ")
+    }
+}
+
+impl Check {
+    /// A measured condition: `value` (against `reference`) held or not; `None` when the value
+    /// was not measured.
+    pub fn measured(
+        check: impl Into<String>,
+        value: Option<f64>,
+        reference: Option<f64>,
+        holds: impl FnOnce(f64) -> bool,
+    ) -> Check {
+        Check {
+            check: check.into(),
+            value,
+            reference,
+            ok: value.map(holds),
+            precondition: false,
+        }
+    }
+
+    /// The same check as a precondition: not the claim, a fact the claim needs to mean anything.
+    pub fn precondition(mut self) -> Check {
+        self.precondition = true;
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(ok: Option<bool>, precondition: bool) -> Check {
+        Check {
+            check: "x".into(),
+            value: None,
+            reference: None,
+            ok,
+            precondition,
+        }
+    }
+
+    #[test]
+    fn a_step_is_reproduced_only_when_its_preconditions_and_every_check_hold() {
+        use Outcome::*;
+        let t = Some(true);
+        let f = Some(false);
+        assert_eq!(Outcome::of(&[v(t, true), v(t, false)]), Reproduced);
+        assert_eq!(Outcome::of(&[v(t, true), v(f, false)]), NotReproduced);
+        // A failed or unmeasured precondition: no verdict either way, whatever the checks say.
+        assert_eq!(Outcome::of(&[v(f, true), v(t, false)]), NotMeasured);
+        assert_eq!(Outcome::of(&[v(None, true), v(f, false)]), NotMeasured);
+        // A check whose source was down (the plan probe refused a grant) is not a pass.
+        assert_eq!(Outcome::of(&[v(None, false), v(t, false)]), NotMeasured);
+        // Preconditions alone are not a verdict.
+        assert_eq!(Outcome::of(&[v(t, true)]), NotMeasured);
+        assert_eq!(Reproduced.words(true), "fix held");
+        assert_eq!(NotReproduced.words(false), "not reproduced");
+    }
+}
