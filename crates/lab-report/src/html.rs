@@ -10,6 +10,7 @@ use anyhow::Context;
 use serde_json::Value;
 
 use crate::charts::{self, RunSeries, PANELS};
+use crate::verdict::{Outcome, Verdict};
 
 pub fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
@@ -53,6 +54,7 @@ pub fn render(dir: &Path) -> anyhow::Result<PathBuf> {
             "<p>{}</p>",
             esc(summary["scenario"]["summary"].as_str().unwrap_or(""))
         );
+        gameday_tables(&mut html, &summary);
     }
     let _ = writeln!(
         html,
@@ -145,6 +147,124 @@ fn num(v: &Value, digits: usize) -> String {
         .map_or("—".into(), |x| format!("{x:.digits$}"))
 }
 
+/// One run's verdicts on the postmortem's steps: its mode's name, whether it is the fixed
+/// client's (the words: "fix held"), and the steps.
+struct Run {
+    mode: String,
+    fix: bool,
+    steps: Vec<Verdict>,
+}
+
+impl Run {
+    fn of(mode: &str, steps: &Value) -> Run {
+        Run {
+            mode: mode.to_string(),
+            fix: !mode.eq_ignore_ascii_case("legacy"),
+            // Older summaries may lack a field: their steps are drawn as not judged.
+            steps: serde_json::from_value(steps.clone()).unwrap_or_default(),
+        }
+    }
+}
+
+/// A verdict's outcome in its words, coloured.
+fn outcome_html(v: &Verdict, fix: bool) -> String {
+    let class = match v.outcome {
+        Outcome::Reproduced => "ok",
+        Outcome::NotReproduced => "no",
+        Outcome::NotMeasured => "na",
+    };
+    format!("<span class={class}>{}</span>", v.outcome.words(fix))
+}
+
+/// A verdict's checks, one per line; a precondition marked apart (it makes the step "not
+/// measured" when it fails, it is not the verdict).
+fn checks_html(v: &Verdict) -> String {
+    let mut cell = String::new();
+    for c in &v.checks {
+        let mark = match c.ok {
+            Some(true) => "<span class=ok>✔</span>",
+            Some(false) => "<span class=no>✘</span>",
+            None => "?",
+        };
+        let pre = if c.precondition {
+            "<span class=na>precondition</span> "
+        } else {
+            ""
+        };
+        let _ = write!(cell, "{pre}{mark} {}: {}<br>", esc(&c.check), c.values());
+    }
+    cell
+}
+
+/// The postmortem's timeline, step by step: its time and words, then per run the checks
+/// measured and the verdict.
+fn timeline(html: &mut String, phases: &Value, runs: &[Run]) {
+    if runs.iter().all(|r| r.steps.is_empty()) {
+        return;
+    }
+    html.push_str(
+        "<h2>The postmortem's timeline, step by step</h2><table><tr><th>time</th><th>step</th>\
+         <th>the postmortem</th>",
+    );
+    for r in runs {
+        let _ = write!(html, "<th>{} (measured)</th><th>verdict</th>", esc(&r.mode));
+    }
+    html.push_str("</tr>\n");
+    for p in phases.as_array().into_iter().flatten() {
+        let name = p["name"].as_str().unwrap_or("");
+        let _ = write!(
+            html,
+            "<tr><td>{}</td><td>{}</td><td>{}</td>",
+            esc(p["postmortem"]["time"].as_str().unwrap_or("")),
+            esc(name),
+            esc(p["postmortem"]["observation"].as_str().unwrap_or(""))
+        );
+        for r in runs {
+            match r.steps.iter().find(|v| v.phase == name) {
+                Some(v) => {
+                    let _ = write!(
+                        html,
+                        "<td>{}</td><td>{}</td>",
+                        checks_html(v),
+                        outcome_html(v, r.fix)
+                    );
+                }
+                None => html.push_str("<td>—</td><td>—</td>"),
+            }
+        }
+        html.push_str("</tr>\n");
+    }
+    html.push_str("</table>\n");
+}
+
+/// A game day's verdicts: the postmortem's steps its scenario names, and its `expect:` ranges.
+fn gameday_tables(html: &mut String, s: &Value) {
+    let mode = s["mode"].as_str().unwrap_or("");
+    timeline(
+        html,
+        &s["scenario"]["phases"],
+        &[Run::of(mode, &s["steps"])],
+    );
+    let expectations = Run::of(mode, &s["expectations"]);
+    if expectations.steps.is_empty() {
+        return;
+    }
+    html.push_str(
+        "<h2>The scenario's expectations for this mode</h2><table><tr><th>phase</th>\
+         <th>measured</th><th>verdict</th></tr>\n",
+    );
+    for v in &expectations.steps {
+        let _ = writeln!(
+            html,
+            "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&v.phase),
+            checks_html(v),
+            outcome_html(v, expectations.fix)
+        );
+    }
+    html.push_str("</table>\n");
+}
+
 fn replay_tables(html: &mut String, s: &Value) {
     let c = &s["calibration"];
     let _ = writeln!(
@@ -169,76 +289,12 @@ fn replay_tables(html: &mut String, s: &Value) {
         .as_array()
         .map(|a| a.iter().collect())
         .unwrap_or_default();
-    let _ = write!(
-        html,
-        "<h2>The postmortem's timeline, step by step</h2><table><tr><th>time</th><th>step</th>\
-         <th>the postmortem</th>"
-    );
-    for m in &modes {
-        let _ = write!(
-            html,
-            "<th>{} (measured)</th><th>verdict</th>",
-            esc(m["mode"].as_str().unwrap_or(""))
-        );
-    }
-    html.push_str("</tr>\n");
-    for p in s["scenario"]["phases"].as_array().into_iter().flatten() {
-        let name = p["name"].as_str().unwrap_or("");
-        let _ = write!(
-            html,
-            "<tr><td>{}</td><td>{}</td><td>{}</td>",
-            esc(p["postmortem"]["time"].as_str().unwrap_or("")),
-            esc(name),
-            esc(p["postmortem"]["observation"].as_str().unwrap_or(""))
-        );
-        for m in &modes {
-            let step = m["steps"]
-                .as_array()
-                .and_then(|a| a.iter().find(|st| st["phase"] == name));
-            match step {
-                Some(st) => {
-                    let mut cell = String::new();
-                    for c in st["checks"].as_array().into_iter().flatten() {
-                        let mark = match c["ok"].as_bool() {
-                            Some(true) => "<span class=ok>✔</span>",
-                            Some(false) => "<span class=no>✘</span>",
-                            None => "?",
-                        };
-                        // A precondition is not the verdict (it makes the step "not
-                        // measured" when it fails): marked apart, as in replay.md.
-                        let pre = if c["precondition"].as_bool() == Some(true) {
-                            "<span class=na>precondition</span> "
-                        } else {
-                            ""
-                        };
-                        let _ = write!(
-                            cell,
-                            "{pre}{mark} {}: {}{}<br>",
-                            esc(c["check"].as_str().unwrap_or("")),
-                            c["reference"]
-                                .as_f64()
-                                .map_or(String::new(), |r| format!("{r:.2} → ")),
-                            num(&c["value"], 2)
-                        );
-                    }
-                    let legacy = m["mode"]
-                        .as_str()
-                        .is_some_and(|s| s.eq_ignore_ascii_case("legacy"));
-                    let verdict = match (st["outcome"].as_str(), legacy) {
-                        (Some("reproduced"), true) => "<span class=ok>reproduced</span>",
-                        (Some("reproduced"), false) => "<span class=ok>fix held</span>",
-                        (Some("not_reproduced"), true) => "<span class=no>not reproduced</span>",
-                        (Some("not_reproduced"), false) => "<span class=no>fix did not hold</span>",
-                        _ => "<span class=na>not measured</span>",
-                    };
-                    let _ = write!(html, "<td>{cell}</td><td>{verdict}</td>");
-                }
-                None => html.push_str("<td>—</td><td>—</td>"),
-            }
-        }
-        html.push_str("</tr>\n");
-    }
-    html.push_str("</table>\n<p>");
+    let runs: Vec<Run> = modes
+        .iter()
+        .map(|m| Run::of(m["mode"].as_str().unwrap_or(""), &m["steps"]))
+        .collect();
+    timeline(html, &s["scenario"]["phases"], &runs);
+    html.push_str("<p>");
     for m in &modes {
         let steps = m["steps"].as_array().map(Vec::len).unwrap_or(0);
         let count = |o: &str| {
@@ -280,6 +336,31 @@ mod tests {
             std::fs::copy(src.join(f), dir.join(f)).unwrap();
         }
         dir
+    }
+
+    #[test]
+    fn a_game_day_page_shows_its_steps_and_expectations_as_the_replay_shows_its_steps() {
+        let s = serde_json::json!({
+            "mode": "Resilient",
+            "scenario": {"phases": [{"name": "during", "postmortem": {"time": "10:07", "observation": "storm"}}]},
+            "steps": [{"phase": "during", "outcome": "reproduced", "reproduced": true, "checks": [
+                {"check": "error_5xx_pct ≤ 10", "value": 0.5, "reference": null, "ok": true, "precondition": false}
+            ]}],
+            "expectations": [{"phase": "during", "outcome": "not_measured", "reproduced": false, "checks": [
+                {"check": "abandoned_pct ≤ 1", "value": null, "reference": null, "ok": null, "precondition": false}
+            ]}]
+        });
+        let mut html = String::new();
+        gameday_tables(&mut html, &s);
+        assert!(html.contains("The postmortem's timeline"), "{html}");
+        assert!(html.contains("<span class=ok>fix held</span>"), "{html}");
+        assert!(html.contains("error_5xx_pct ≤ 10: 0.5%"), "{html}");
+        let exp = html.find("expectations").expect("the expectations' table");
+        assert!(html[exp..].contains("? abandoned_pct ≤ 1: —"), "{html}");
+        assert!(
+            html[exp..].contains("<span class=na>not measured</span>"),
+            "{html}"
+        );
     }
 
     #[test]

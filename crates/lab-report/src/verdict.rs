@@ -97,29 +97,38 @@ impl Check {
         self.ok == Some(true)
     }
 
-    /// `✔ `check`: reference → value` (marked when a precondition), as the reports show it,
-    /// the values in the unit of the quantity the check names.
-    pub fn markdown(&self) -> String {
+    /// `reference → value` (or `value`), in the unit of the quantity the check names.
+    pub fn values(&self) -> String {
         let key = self.check.split_whitespace().next().unwrap_or("");
         let unit = quantities::find(key).map_or(Unit::Plain, |q| q.unit);
         let r = self
             .reference
             .map(|r| format!("{} → ", unit.fmt(Some(r))))
             .unwrap_or_default();
+        format!("{r}{}", unit.fmt(self.value))
+    }
+
+    /// `✔`, `✘` or `?` (not measured).
+    pub fn mark(&self) -> &'static str {
+        match self.ok {
+            Some(true) => "✔",
+            Some(false) => "✘",
+            None => "?",
+        }
+    }
+
+    /// `✔ `check`: reference → value` (marked when a precondition), as the reports show it.
+    pub fn markdown(&self) -> String {
         format!(
-            "{}{} `{}`: {r}{}",
+            "{}{} `{}`: {}",
             if self.precondition {
                 "precondition "
             } else {
                 ""
             },
-            match self.ok {
-                Some(true) => "✔",
-                Some(false) => "✘",
-                None => "?",
-            },
+            self.mark(),
             self.check,
-            unit.fmt(self.value)
+            self.values()
         )
     }
 }
@@ -135,6 +144,7 @@ pub struct Verdict {
     pub checks: Vec<Check>,
     pub outcome: Outcome,
     /// `outcome == Reproduced` (kept for readers of older summaries).
+    #[serde(default)]
     pub reproduced: bool,
     /// What else a reader needs to weigh it (the numbers behind the checks).
     #[serde(default, skip_serializing_if = "String::is_empty")]
