@@ -202,6 +202,22 @@ impl Repeats {
             )
         };
 
+        self.calibrations_markdown(&mut md);
+        if self.steps.is_empty() {
+            // `--calibrate-only`: the calibrations are the report.
+            md.push_str("\nCalibration only (`--calibrate-only`): no mode was replayed.\n");
+            return md;
+        }
+        let modes = self.modes();
+        self.timeline_markdown(&mut md, &modes);
+        self.fix_markdown(&mut md, &modes);
+        self.reasons_markdown(&mut md);
+        md
+    }
+
+    /// Each repetition's calibration, and how far the rate moved between them.
+    fn calibrations_markdown(&self, md: &mut String) {
+        let n = self.repeat;
         md.push_str("\n## Calibration, repetition by repetition\n\n");
         md.push_str(
             "| repetition | healthy capacity (slowest–fastest second) | stale capacity (slowest–fastest second) | stale probe | stale / healthy | replay rate | healthy utilisation |\n|---|---:|---:|---:|---:|---:|---:|\n",
@@ -278,24 +294,23 @@ impl Repeats {
             ),
             None => md.push_str("\nNo calibration spread: no repetition calibrated.\n"),
         }
+    }
 
-        if self.steps.is_empty() {
-            // `--calibrate-only`: the calibrations are the report.
-            md.push_str("\nCalibration only (`--calibrate-only`): no mode was replayed.\n");
-            return md;
-        }
-        // The verdict table: one row per step, k of N per mode and each repetition's outcome.
-        let modes: Vec<Mode> = {
-            let mut m: Vec<Mode> = self.steps.iter().map(|t| t.mode).collect();
-            m.dedup();
-            m.sort();
-            m.dedup();
-            m
-        };
+    /// The modes replayed, in order.
+    fn modes(&self) -> Vec<Mode> {
+        let mut m: Vec<Mode> = self.steps.iter().map(|t| t.mode).collect();
+        m.sort();
+        m.dedup();
+        m
+    }
+
+    /// The verdict table: one row per step, k of N per mode and each repetition's outcome.
+    fn timeline_markdown(&self, md: &mut String, modes: &[Mode]) {
+        let (sc, n) = (&self.scenario, self.repeat);
         md.push_str(&format!(
             "\n## The timeline: each step's verdict, k of {n}\n\n| time | step | the postmortem |"
         ));
-        for m in &modes {
+        for m in modes {
             md.push_str(&format!(
                 " {}: {} | per repetition |",
                 m.variant(),
@@ -303,7 +318,7 @@ impl Repeats {
             ));
         }
         md.push_str("\n|---|---|---|");
-        for _ in &modes {
+        for _ in modes {
             md.push_str(":---:|---|");
         }
         md.push('\n');
@@ -318,7 +333,7 @@ impl Repeats {
                 .as_ref()
                 .map_or(("", ""), |pm| (pm.time.as_str(), pm.observation.as_str()));
             md.push_str(&format!("| {time} | {} | {obs} |", p.name));
-            for m in &modes {
+            for m in modes {
                 match self.step(&p.name, *m) {
                     Some(t) => md.push_str(&format!(
                         " {}{} of {n}{} | {} |",
@@ -339,7 +354,7 @@ impl Repeats {
         md.push_str(
             "\n✔ reproduced / fix held, ✘ not reproduced / fix did not hold, ? not measured.\n\n",
         );
-        for m in &modes {
+        for m in modes {
             let of_mode: Vec<&StepTally> = self.steps.iter().filter(|t| t.mode == *m).collect();
             let every = of_mode.iter().filter(|t| t.every).count();
             let none = of_mode.iter().filter(|t| t.reproduced == 0).count();
@@ -352,8 +367,12 @@ impl Repeats {
                 of_mode.len() - every - none,
             ));
         }
+    }
+
+    /// The fix in one number, per mode and repetition.
+    fn fix_markdown(&self, md: &mut String, modes: &[Mode]) {
         md.push_str("\n## How good is the fix, in one number, repetition by repetition\n\n");
-        for m in &modes {
+        for m in modes {
             let q: Vec<String> = self
                 .repetitions
                 .iter()
@@ -370,7 +389,11 @@ impl Repeats {
                 .collect();
             md.push_str(&format!("- {}: {}\n", m.variant(), q.join(", ")));
         }
+    }
 
+    /// Every step that did not come out the same in all repetitions, with the measured reason.
+    fn reasons_markdown(&self, md: &mut String) {
+        let n = self.repeat;
         md.push_str(&format!(
             "\n## Steps that did not come out the same in all {n}: the measured reason\n\nFor each repetition where the step was not reproduced (legacy) or the fix did not hold (resilient): the checks that did not hold or were not measured, with their values (reference → value where the check has one).\n"
         ));
@@ -399,7 +422,6 @@ impl Repeats {
         if !any {
             md.push_str("\nNone.\n");
         }
-        md
     }
 
     fn step(&self, phase: &str, mode: Mode) -> Option<&StepTally> {

@@ -445,6 +445,16 @@ pub(super) fn markdown(
         "# Replay: {} — the postmortem's morning from the real trigger\n\n{}\n",
         sc.name, sc.summary
     );
+    calibration_markdown(&mut md, cal);
+    timeline_markdown(&mut md, sc, time_scale, modes);
+    comparison_markdown(&mut md, sc, modes);
+    fix_markdown(&mut md, cal, modes);
+    phases_markdown(&mut md, sc, cal, modes);
+    md
+}
+
+/// How the replay's rate was chosen.
+fn calibration_markdown(md: &mut String, cal: &Calibration) {
     md.push_str(&format!(
         "\n## Calibration\n\n| | |\n|---|---:|\n| healthy capacity (closed loop, warm) | {:.0} rps |\n\
          | stale-plan capacity | {:.0} rps ({:.2}× healthy) |\n| replay rate | {:.0} rps |\n\
@@ -467,8 +477,10 @@ pub(super) fn markdown(
     for n in &cal.notes {
         md.push_str(&format!("- {n}\n"));
     }
+}
 
-    // The timeline.
+/// The postmortem's steps, one row each: per mode the checks measured and the verdict.
+fn timeline_markdown(md: &mut String, sc: &Scenario, time_scale: f64, modes: &[ModeReport]) {
     md.push_str(&format!(
         "\n## The timeline, step by step (time scale {time_scale}×)\n\n| time | step | the postmortem |"
     ));
@@ -485,7 +497,7 @@ pub(super) fn markdown(
     }
     md.push('\n');
     let mut reproduced: BTreeMap<Mode, [usize; 3]> = BTreeMap::new();
-    for (i, p) in sc.phases.iter().enumerate() {
+    for p in &sc.phases {
         let (time, obs) = p
             .postmortem
             .as_ref()
@@ -518,7 +530,6 @@ pub(super) fn markdown(
             md.push_str(&format!(" {measured} | {verdict} |"));
         }
         md.push('\n');
-        let _ = i;
     }
     md.push('\n');
     for (mode, [ok, no, unmeasured]) in &reproduced {
@@ -531,8 +542,10 @@ pub(super) fn markdown(
             Outcome::NotReproduced.words(mode.is_fix()),
         ));
     }
+}
 
-    // Performance Comparison.
+/// The postmortem's Performance Comparison, measured: before, peak and after per mode.
+fn comparison_markdown(md: &mut String, sc: &Scenario, modes: &[ModeReport]) {
     let peak = |m: &ModeReport| {
         let summaries: Vec<_> = m.phases.iter().map(|p| &p.summary).collect();
         sc.peak_phase(&summaries)
@@ -585,7 +598,10 @@ pub(super) fn markdown(
         }
         md.push('\n');
     }
+}
 
+/// The fix in one number, per mode.
+fn fix_markdown(md: &mut String, cal: &Calibration, modes: &[ModeReport]) {
     md.push_str("\n## How good is the fix, in one number\n\nGoodput while the plan is stale (from the plan flip to ANALYZE) over what the stale database could serve of the offered load (`Σ goodput / Σ min(offered, stale capacity)`, by phase second): the only loss a perfect client avoids is work nobody waits for, so a perfect client scores 1 — unless something else (a rollback's cold caches) cuts capacity below the calibrated one.\n\n");
     for m in modes {
         md.push_str(&format!(
@@ -601,7 +617,10 @@ pub(super) fn markdown(
             )
         ));
     }
+}
 
+/// Every phase of every mode: the full table, the 5xx by origin, the load and the actions.
+fn phases_markdown(md: &mut String, sc: &Scenario, cal: &Calibration, modes: &[ModeReport]) {
     for m in modes {
         let names: Vec<(String, u64)> = m
             .phases
@@ -647,7 +666,6 @@ pub(super) fn markdown(
                 .join("; ")
         ));
     }
-    md
 }
 
 /// Goodput while the plan is stale — from the phase that flips it to the one that runs
