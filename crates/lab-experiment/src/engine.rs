@@ -236,26 +236,8 @@ pub async fn execute(
         TargetSource::Fixed(t) => t.clone(),
         TargetSource::Native(dir) => native_targets(dir)?.0,
     };
-    store
-        .reset()
-        .await
-        .context("resetting flags (is Redis up? scripts/deps.sh)")?;
-    store.set("client.mode", run.mode.variant()).await?;
-    for (f, v) in run.extra_flags {
-        store.set(f, v).await?;
-    }
-    let http_targets: Vec<Target> = targets
-        .iter()
-        .filter(|t| t.service != SUPERVISOR)
-        .cloned()
-        .collect();
-    wait_applied(&http, &http_targets, "client.mode", run.mode.variant()).await?;
-
-    let seconds: Vec<u64> = sc
-        .phases
-        .iter()
-        .map(|p| ((p.seconds as f64 * run.time_scale).round() as u64).max(1))
-        .collect();
+    set_mode(run, &store, &http, &targets).await?;
+    let (seconds, phase_starts) = timetable(sc, run.time_scale);
     let total: u64 = seconds.iter().sum();
     println!(
         "{} in {} mode: {} phases, {total} s, {:.0} rps base rate",
@@ -283,24 +265,27 @@ pub async fn execute(
         phase: 0,
         scrapes: baseline,
     }];
-    let mut phase_starts = Vec::new();
-    let mut acc = 0u64;
-    for s in &seconds {
-        phase_starts.push(acc as f64);
-        acc += s;
-    }
-    let end = total as f64 + sc.settle_seconds as f64;
-    let mut current = usize::MAX;
-    let mut next_tick = started;
-    let status_path = match &run.targets {
-        TargetSource::Native(dir) => Some(status_file(dir)),
-        TargetSource::Fixed(_) => None,
+    let mut clock = Clock {
+        run,
+        globals,
+        store: &store,
+        control: &control,
+        seconds: &seconds,
+        total,
+        started,
+        actions_log,
+        running: Vec::new(),
+        status_path: match &run.targets {
+            TargetSource::Native(dir) => Some(status_file(dir)),
+            TargetSource::Fixed(_) => None,
+        },
     };
-    let mut running = Vec::new();
+    let end = total as f64 + sc.settle_seconds as f64;
     let bar = crate::progress::timeline(
         end.ceil() as u64,
         &format!("{} {}", sc.name, run.mode.variant()),
     );
+    let (mut current, mut next_tick) = (usize::MAX, started);
     loop {
         let t = started.elapsed().as_secs_f64();
         if t > end {
@@ -308,57 +293,10 @@ pub async fn execute(
         }
         bar.set_position(t as u64);
         let phase = phase_starts.iter().rposition(|s| *s <= t).unwrap_or(0);
-        if let Some(path) = &status_path {
-            // What `labctl watch` shows as the current step; rewritten every tick (cheap).
-            let status: Status<&str> = Status {
-                scenario: sc.name.as_str(),
-                mode: run.mode.variant(),
-                phase: sc.phases[phase].name.as_str(),
-                index: phase,
-                phases: sc.phases.len(),
-                t,
-                total: total as f64,
-                rate: control.get(),
-            };
-            let _ = write_status(path, &status);
-        }
+        clock.write_status(phase, t);
         if phase != current {
             current = phase;
-            let p = &sc.phases[phase];
-            for (f, v) in &p.flags {
-                store.set(f, v).await?;
-            }
-            control.set(p.rate.unwrap_or(run.rate))?;
-            if !p.run.is_empty() {
-                running.push(run_actions(
-                    globals.clone(),
-                    p.name.clone(),
-                    p.run.clone(),
-                    actions_log.clone(),
-                    started,
-                ));
-            }
-            bar.set_message(format!(
-                "step {}/{} {} at {:.0} rps",
-                phase + 1,
-                sc.phases.len(),
-                p.name,
-                control.get()
-            ));
-            // Through the bar, so the line and the bar do not draw over each other.
-            bar.suspend(|| {
-                println!(
-                    "  t={t:5.1}s phase {:<14} {:>4} s at {:.0} rps {}",
-                    p.name,
-                    seconds[phase],
-                    control.get(),
-                    if p.flags.is_empty() {
-                        String::new()
-                    } else {
-                        format!("flags {:?}", p.flags)
-                    }
-                )
-            });
+            clock.enter(phase, t, &bar).await?;
         }
         let scrapes = scrape_once(&http, &run.targets, &mut targets).await?;
         // Older ticks have fewer targets; `Series` reads a missing one as "not scraped".
@@ -367,28 +305,12 @@ pub async fn execute(
         tokio::time::sleep_until(next_tick.into()).await;
     }
     bar.finish_and_clear();
-    if let Some(path) = &status_path {
+    if let Some(path) = &clock.status_path {
         let _ = std::fs::remove_file(path);
     }
     let load_report = load_task.await.context("load generator panicked")??;
     store.reset().await?;
-    let mut actions = Vec::new();
-    for a in running {
-        actions.extend(a.await.unwrap_or_default());
-    }
-    if !sc.cleanup.is_empty() {
-        actions.extend(
-            run_actions(
-                globals.clone(),
-                "cleanup".into(),
-                sc.cleanup.clone(),
-                actions_log.clone(),
-                started,
-            )
-            .await
-            .unwrap_or_default(),
-        );
-    }
+    let actions = clock.finish().await;
 
     let series = Series {
         targets: &targets,
@@ -412,6 +334,149 @@ pub async fn execute(
         consistency,
         actions,
     })
+}
+
+/// The flags a run starts from: every flag reset, the client mode and the run's extra flags,
+/// applied by every replica before the first request.
+async fn set_mode(
+    run: &Run<'_>,
+    store: &lab_flags::Store,
+    http: &reqwest::Client,
+    targets: &[Target],
+) -> anyhow::Result<()> {
+    store
+        .reset()
+        .await
+        .context("resetting flags (is Redis up? scripts/deps.sh)")?;
+    store.set("client.mode", run.mode.variant()).await?;
+    for (f, v) in run.extra_flags {
+        store.set(f, v).await?;
+    }
+    let http_targets: Vec<Target> = targets
+        .iter()
+        .filter(|t| t.service != SUPERVISOR)
+        .cloned()
+        .collect();
+    wait_applied(http, &http_targets, "client.mode", run.mode.variant()).await
+}
+
+/// Each phase's seconds (scaled, at least 1) and its start, in seconds since the run began.
+fn timetable(sc: &Scenario, time_scale: f64) -> (Vec<u64>, Vec<f64>) {
+    let seconds: Vec<u64> = sc
+        .phases
+        .iter()
+        .map(|p| ((p.seconds as f64 * time_scale).round() as u64).max(1))
+        .collect();
+    let starts = seconds
+        .iter()
+        .scan(0u64, |acc, s| {
+            let start = *acc;
+            *acc += s;
+            Some(start as f64)
+        })
+        .collect();
+    (seconds, starts)
+}
+
+/// The timeline as it runs: what entering a phase does, and the actions it started.
+struct Clock<'a> {
+    run: &'a Run<'a>,
+    globals: &'a Globals,
+    store: &'a lab_flags::Store,
+    control: &'a RateControl,
+    seconds: &'a [u64],
+    total: u64,
+    started: Instant,
+    actions_log: Log,
+    running: Vec<tokio::task::JoinHandle<Vec<ActionRun>>>,
+    /// Where `labctl watch` reads the current step (native labs only).
+    status_path: Option<PathBuf>,
+}
+
+impl Clock<'_> {
+    /// What `labctl watch` shows as the current step; rewritten every tick (cheap).
+    fn write_status(&self, phase: usize, t: f64) {
+        let Some(path) = &self.status_path else {
+            return;
+        };
+        let sc = self.run.scenario;
+        let status: Status<&str> = Status {
+            scenario: sc.name.as_str(),
+            mode: self.run.mode.variant(),
+            phase: sc.phases[phase].name.as_str(),
+            index: phase,
+            phases: sc.phases.len(),
+            t,
+            total: self.total as f64,
+            rate: self.control.get(),
+        };
+        let _ = write_status(path, &status);
+    }
+
+    /// Phase `phase` begins at `t`: its flags, its rate, its actions (in the background).
+    async fn enter(
+        &mut self,
+        phase: usize,
+        t: f64,
+        bar: &indicatif::ProgressBar,
+    ) -> anyhow::Result<()> {
+        let sc = self.run.scenario;
+        let p = &sc.phases[phase];
+        for (f, v) in &p.flags {
+            self.store.set(f, v).await?;
+        }
+        self.control.set(p.rate.unwrap_or(self.run.rate))?;
+        if !p.run.is_empty() {
+            self.running.push(run_actions(
+                self.globals.clone(),
+                p.name.clone(),
+                p.run.clone(),
+                self.actions_log.clone(),
+                self.started,
+            ));
+        }
+        let rate = self.control.get();
+        bar.set_message(format!(
+            "step {}/{} {} at {rate:.0} rps",
+            phase + 1,
+            sc.phases.len(),
+            p.name,
+        ));
+        // Through the bar, so the line and the bar do not draw over each other.
+        bar.suspend(|| {
+            println!(
+                "  t={t:5.1}s phase {:<14} {:>4} s at {rate:.0} rps {}",
+                p.name,
+                self.seconds[phase],
+                if p.flags.is_empty() {
+                    String::new()
+                } else {
+                    format!("flags {:?}", p.flags)
+                }
+            )
+        });
+        Ok(())
+    }
+
+    /// Every action the phases started, once done; then the scenario's cleanup.
+    async fn finish(self) -> Vec<ActionRun> {
+        let mut actions = Vec::new();
+        for a in self.running {
+            actions.extend(a.await.unwrap_or_default());
+        }
+        let sc = self.run.scenario;
+        if !sc.cleanup.is_empty() {
+            let cleanup = run_actions(
+                self.globals.clone(),
+                "cleanup".into(),
+                sc.cleanup.clone(),
+                self.actions_log,
+                self.started,
+            );
+            actions.extend(cleanup.await.unwrap_or_default());
+        }
+        actions
+    }
 }
 
 /// Each phase's summary over its window (for `window: after-run`, from when the phase's actions
