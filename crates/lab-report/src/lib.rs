@@ -14,12 +14,14 @@
 //! - [`html`]: `report.html`, one self-contained file per run, drawn from the run's own files.
 //! - [`verdict`]: one verdict type — a check measured or not, a step reproduced, not
 //!   reproduced or not measured — for every experiment and a run's own bookkeeping.
+//! - [`index`]: `index.html` over a directory of runs, each with its verdicts in a line.
 //! - [`trace`]: the worst trace a run keeps beside its report.
 //!
 //! Nothing here measures: every function is a pure reading of what a run wrote.
 
 pub mod charts;
 pub mod html;
+pub mod index;
 pub mod quantities;
 pub mod quantity;
 pub mod recorded;

@@ -26,9 +26,10 @@ pub enum ExperimentCommand {
         #[command(subcommand)]
         command: ScenariosCommand,
     },
-    /// (Re)draw a game day's or a replay's report.html from its run directory.
+    /// (Re)draw a game day's or a replay's report.html from its run directory; given a
+    /// directory of runs (.lab/reports), write an index.html over them.
     Report {
-        /// The run's directory (with summary.json and series.jsonl).
+        /// A run's directory (with summary.json and series.jsonl), or a directory of runs.
         dir: PathBuf,
     },
 }
@@ -59,7 +60,12 @@ pub async fn run(cmd: ExperimentCommand, g: &Globals) -> anyhow::Result<()> {
             command: ScenariosCommand::Check(args),
         } => smoke::check(&args, &eg, keys()?).await,
         ExperimentCommand::Report { dir } => {
-            println!("{}", lab_report::html::render(&dir)?.display());
+            let page = if dir.join("summary.json").is_file() {
+                lab_report::html::render(&dir)?
+            } else {
+                lab_report::index::render(&dir)?
+            };
+            println!("{}", page.display());
             Ok(())
         }
     }

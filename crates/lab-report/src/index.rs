@@ -1,0 +1,266 @@
+//! `index.html` over a directory of runs (`.lab/reports/`): every run under it — game days,
+//! replays, ablations, maps, a replay's repetitions — with what it is, its verdicts in one line,
+//! whether its own counts added up, and a link to its page.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use serde_json::Value;
+
+use crate::html::{esc, head};
+use crate::verdict::{Check, Outcome, Verdict};
+
+/// What a run directory holds, read from its files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    GameDay,
+    Replay,
+    Repeats,
+    Ablation,
+    Map,
+}
+
+impl Kind {
+    fn words(self) -> &'static str {
+        match self {
+            Kind::GameDay => "game day",
+            Kind::Replay => "replay",
+            Kind::Repeats => "replay ×N",
+            Kind::Ablation => "ablation",
+            Kind::Map => "metastability map",
+        }
+    }
+
+    fn of(dir: &Path, summary: &Value) -> Option<Kind> {
+        if dir.join("repeats.json").is_file() {
+            Some(Kind::Repeats)
+        } else if summary.get("claims").is_some() {
+            Some(Kind::Ablation)
+        } else if summary.get("map").is_some() {
+            Some(Kind::Map)
+        } else if summary.get("calibration").is_some() && summary.get("modes").is_some() {
+            Some(Kind::Replay)
+        } else if summary.get("mode").is_some() && summary.get("phases").is_some() {
+            Some(Kind::GameDay)
+        } else {
+            None
+        }
+    }
+}
+
+/// One run of the index.
+#[derive(Debug)]
+pub struct Entry {
+    /// Relative to the index's directory.
+    pub dir: PathBuf,
+    pub kind: Kind,
+    pub scenario: String,
+    /// The verdicts, one line per mode (`legacy: 7 reproduced, 1 not, 2 not measured`).
+    pub verdicts: Vec<String>,
+    /// Every consistency check of every mode held (`None`: the run has none).
+    pub consistent: Option<bool>,
+    /// Its page, if it has one.
+    pub page: Option<PathBuf>,
+}
+
+fn tally(mode: &str, verdicts: &[Verdict]) -> Option<String> {
+    if verdicts.is_empty() {
+        return None;
+    }
+    let fix = !mode.eq_ignore_ascii_case("legacy");
+    let n = |o: Outcome| verdicts.iter().filter(|v| v.outcome == o).count();
+    Some(format!(
+        "{mode}: {} {}, {} {}, {} not measured",
+        n(Outcome::Reproduced),
+        Outcome::Reproduced.words(fix),
+        n(Outcome::NotReproduced),
+        Outcome::NotReproduced.words(fix),
+        n(Outcome::NotMeasured)
+    ))
+}
+
+fn verdicts(v: &Value) -> Vec<Verdict> {
+    serde_json::from_value(v.clone()).unwrap_or_default()
+}
+
+fn checks(v: &Value) -> Vec<Check> {
+    serde_json::from_value(v.clone()).unwrap_or_default()
+}
+
+/// The run in `dir` (relative `rel`), if `dir` holds one.
+fn entry(dir: &Path, rel: &Path) -> Option<Entry> {
+    let file = if dir.join("repeats.json").is_file() {
+        "repeats.json"
+    } else {
+        "summary.json"
+    };
+    let summary: Value = serde_json::from_slice(&std::fs::read(dir.join(file)).ok()?).ok()?;
+    let kind = Kind::of(dir, &summary)?;
+    let mut lines = Vec::new();
+    let mut consistency: Vec<Check> = Vec::new();
+    match kind {
+        Kind::GameDay => {
+            let mode = summary["mode"].as_str().unwrap_or("?").to_lowercase();
+            lines.extend(tally(&mode, &verdicts(&summary["steps"])));
+            lines.extend(
+                tally(&mode, &verdicts(&summary["expectations"])).map(|t| format!("{t} (expect)")),
+            );
+            consistency = checks(&summary["consistency"]);
+        }
+        Kind::Replay => {
+            for m in summary["modes"].as_array().into_iter().flatten() {
+                let mode = m["mode"].as_str().unwrap_or("?").to_lowercase();
+                lines.extend(tally(&mode, &verdicts(&m["steps"])));
+                consistency.extend(checks(&m["consistency"]));
+            }
+        }
+        Kind::Ablation => lines.extend(tally("claims", &verdicts(&summary["claims"]))),
+        Kind::Repeats | Kind::Map => {}
+    }
+    let page = ["report.html", "repeats.md", "map.md", "ablate.md"]
+        .iter()
+        .map(|f| rel.join(f))
+        .find(|f| dir.join(f.file_name().unwrap_or_default()).is_file());
+    Some(Entry {
+        dir: rel.to_path_buf(),
+        kind,
+        scenario: summary["scenario"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        verdicts: lines,
+        consistent: (!consistency.is_empty()).then(|| consistency.iter().all(Check::holds)),
+        page,
+    })
+}
+
+/// Every run under `root`, two levels down at most (a run's own subdirectories — a replay's
+/// modes, a map's cells — are its, not runs of the index), in name order.
+pub fn entries(root: &Path) -> anyhow::Result<Vec<Entry>> {
+    let mut out = Vec::new();
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(root)
+        .with_context(|| format!("reading {}", root.display()))?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .collect();
+    dirs.sort();
+    for dir in dirs {
+        let rel = dir.strip_prefix(root).unwrap_or(&dir).to_path_buf();
+        match entry(&dir, &rel) {
+            Some(e) => out.push(e),
+            // A directory of runs (`labctl scenarios check`'s): one level further.
+            None => {
+                let mut inner: Vec<PathBuf> = std::fs::read_dir(&dir)
+                    .map(|d| {
+                        d.flatten()
+                            .map(|e| e.path())
+                            .filter(|p| p.is_dir())
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                inner.sort();
+                out.extend(
+                    inner
+                        .iter()
+                        .filter_map(|d| entry(d, &rel.join(d.file_name().unwrap_or_default()))),
+                );
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Write `root/index.html` and return its path.
+pub fn render(root: &Path) -> anyhow::Result<PathBuf> {
+    let list = entries(root)?;
+    anyhow::ensure!(
+        !list.is_empty(),
+        "{} holds no run (no directory with a game day's, replay's, ablation's or map's \
+         summary.json, or a repeats.json)",
+        root.display()
+    );
+    let mut html = String::new();
+    head(&mut html, &format!("Runs in {}", root.display()));
+    html.push_str(
+        "<table><tr><th>run</th><th>what</th><th>scenario</th><th>verdicts</th>\
+         <th>counts add up</th></tr>\n",
+    );
+    for e in &list {
+        let name = esc(&e.dir.display().to_string());
+        let link = e.page.as_ref().map_or(name.clone(), |p| {
+            format!("<a href='{}'>{name}</a>", esc(&p.display().to_string()))
+        });
+        let counts = match e.consistent {
+            Some(true) => "<span class=ok>yes</span>",
+            Some(false) => "<span class=no>NO: its numbers are not trusted</span>",
+            None => "—",
+        };
+        let _ = writeln!(
+            html,
+            "<tr><td>{link}</td><td>{}</td><td>{}</td><td>{}</td><td>{counts}</td></tr>",
+            e.kind.words(),
+            esc(&e.scenario),
+            if e.verdicts.is_empty() {
+                "—".to_string()
+            } else {
+                e.verdicts
+                    .iter()
+                    .map(|v| esc(v))
+                    .collect::<Vec<_>>()
+                    .join("<br>")
+            },
+        );
+    }
+    html.push_str("</table>\n</body></html>\n");
+    let path = root.join("index.html");
+    std::fs::write(&path, html).with_context(|| format!("writing {}", path.display()))?;
+    Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_index_lists_every_run_with_its_verdicts_and_flags_one_whose_counts_do_not_add_up() {
+        let root = std::env::temp_dir().join(format!("lab_index_{:016x}", rand::random::<u64>()));
+        let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/gameday-fixture");
+        // A game day, a directory of game days (scenarios check), and a directory of nothing.
+        for d in ["gd", "check/a-legacy", "check/b-legacy", "empty"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        for d in ["gd", "check/a-legacy", "check/b-legacy"] {
+            std::fs::copy(
+                fixture.join("summary.json"),
+                root.join(d).join("summary.json"),
+            )
+            .unwrap();
+        }
+        std::fs::write(root.join("gd/report.html"), "<html>").unwrap();
+        let mut bad: Value =
+            serde_json::from_slice(&std::fs::read(fixture.join("summary.json")).unwrap()).unwrap();
+        bad["consistency"][0]["ok"] = Value::Bool(false);
+        std::fs::write(
+            root.join("check/b-legacy/summary.json"),
+            serde_json::to_vec(&bad).unwrap(),
+        )
+        .unwrap();
+        let list = entries(&root).unwrap();
+        let dirs: Vec<String> = list.iter().map(|e| e.dir.display().to_string()).collect();
+        assert_eq!(dirs, ["check/a-legacy", "check/b-legacy", "gd"]);
+        assert!(list.iter().all(|e| e.kind == Kind::GameDay));
+        assert_eq!(list[0].consistent, Some(true));
+        assert_eq!(list[1].consistent, Some(false));
+        assert_eq!(list[2].page, Some(PathBuf::from("gd/report.html")));
+        let page = std::fs::read_to_string(render(&root).unwrap()).unwrap();
+        assert!(page.contains("<a href='gd/report.html'>gd</a>"), "{page}");
+        assert!(page.contains("NO: its numbers are not trusted"), "{page}");
+        assert!(
+            render(&root.join("empty")).is_err(),
+            "an empty directory is refused"
+        );
+        let _ = std::fs::remove_dir_all(&root);
+    }
+}
