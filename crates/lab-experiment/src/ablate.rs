@@ -335,6 +335,70 @@ pub fn list() {
     }
 }
 
+/// A cell per `--policies` file: the team's policy in resilient mode, every control on.
+fn policy_cells(args: &AblateArgs) -> anyhow::Result<Vec<Cell>> {
+    let mut cells = Vec::new();
+    for path in &args.policies {
+        let p = lab_native::policy::load(path)?;
+        println!("policy {}: {}", p.name, p.summary);
+        cells.push(Cell {
+            policy: Some(p.path.clone()),
+            id: format!("policy-{}", p.name),
+            label: format!("policy {} (resilient mode, every control on)", p.name),
+            group: Group::Policy,
+            mode: Mode::Resilient,
+            flags: vec![],
+            quick: true,
+        });
+    }
+    Ok(cells)
+}
+
+/// The cells to run: `--only`'s, else the matrix (its quick subset with `--quick`); then the
+/// policies'.
+fn chosen<'a>(args: &AblateArgs, all: &'a [Cell], policy_cells: &'a [Cell]) -> Vec<&'a Cell> {
+    all.iter()
+        .filter(|c| {
+            if args.only.is_empty() {
+                c.quick || !args.cells.quick
+            } else {
+                args.only.contains(&c.id)
+            }
+        })
+        .chain(policy_cells.iter())
+        .collect()
+}
+
+/// Every chosen cell at `rate`, with the trigger's timing (steady, stale, rollback after,
+/// recovery seconds).
+fn specs(
+    args: &AblateArgs,
+    cal: &Calibration,
+    chosen: &[&Cell],
+    rate: f64,
+    (steady, stale_seconds, rollback_after, recovery): (u64, u64, Option<u64>, u64),
+) -> anyhow::Result<Vec<CellSpec>> {
+    chosen
+        .iter()
+        .map(|c| {
+            Ok(CellSpec {
+                id: c.id.clone(),
+                label: c.label.clone(),
+                mode: c.mode,
+                flags: c.flags.clone(),
+                rate,
+                steady_seconds: steady,
+                stale_seconds,
+                rollback_after,
+                recovery_seconds: recovery,
+                recovery_margin: args.cells.recovery_margin,
+                policy: c.policy.clone(),
+                setup: cell::setup_fingerprint(&args.cells, cal, c.policy.as_deref())?,
+            })
+        })
+        .collect::<anyhow::Result<_>>()
+}
+
 pub async fn run(args: &AblateArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> anyhow::Result<()> {
     args.cells.validate()?;
     anyhow::ensure!(
@@ -353,31 +417,8 @@ pub async fn run(args: &AblateArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> any
         "labctl ablate: name policies with --policies A.toml,B.toml (each becomes a cell scored \
          against the lab's fix; the other cells keep the lab's own client)"
     );
-    let mut policy_cells = Vec::new();
-    for path in &args.policies {
-        let p = lab_native::policy::load(path)?;
-        println!("policy {}: {}", p.name, p.summary);
-        policy_cells.push(Cell {
-            policy: Some(p.path.clone()),
-            id: format!("policy-{}", p.name),
-            label: format!("policy {} (resilient mode, every control on)", p.name),
-            group: Group::Policy,
-            mode: Mode::Resilient,
-            flags: vec![],
-            quick: true,
-        });
-    }
-    let chosen: Vec<&Cell> = all
-        .iter()
-        .filter(|c| {
-            if args.only.is_empty() {
-                c.quick || !args.cells.quick
-            } else {
-                args.only.contains(&c.id)
-            }
-        })
-        .chain(policy_cells.iter())
-        .collect();
+    let policy_cells = policy_cells(args)?;
+    let chosen = chosen(args, &all, &policy_cells);
     let q = args.cells.quick;
     let stale_seconds = args.stale_seconds.unwrap_or(if q { 40 } else { 60 });
     let rollback_after = (!args.no_rollback).then_some(10);
@@ -405,25 +446,8 @@ pub async fn run(args: &AblateArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> any
         rollback_after.map(|r| format!(", rollback at +{r} s")).unwrap_or_default(),
         out.display()
     );
-    let specs: Vec<CellSpec> = chosen
-        .iter()
-        .map(|c| {
-            Ok(CellSpec {
-                id: c.id.clone(),
-                label: c.label.clone(),
-                mode: c.mode,
-                flags: c.flags.clone(),
-                rate,
-                steady_seconds: steady,
-                stale_seconds,
-                rollback_after,
-                recovery_seconds: recovery,
-                recovery_margin: args.cells.recovery_margin,
-                policy: c.policy.clone(),
-                setup: cell::setup_fingerprint(&args.cells, &cal, c.policy.as_deref())?,
-            })
-        })
-        .collect::<anyhow::Result<_>>()?;
+    let timing = (steady, stale_seconds, rollback_after, recovery);
+    let specs = specs(args, &cal, &chosen, rate, timing)?;
     let all = cell::run_all(&specs, &args.cells, &cal, g, &keys, &out).await?;
     // Only cells that proved their trigger are ranked; the others fail the command below.
     let results = cell::valid(&all);
@@ -577,53 +601,50 @@ fn markdown(
         seconds / 60.0
     );
 
-    let table = |md: &mut String, title: &str, what: &str, mut list: Vec<&Row>, sign: f64| {
-        if list.is_empty() {
-            return;
-        }
-        list.sort_by(|a, b| {
-            let k = |r: &Row| sign * r.delta_goodput_pp.unwrap_or(0.0);
-            k(b).total_cmp(&k(a))
-        });
-        let _ = write!(
+    rankings_markdown(&mut md, rows);
+
+    md.push_str("\n## The postmortem's claims\n\n");
+    for c in claims {
+        let _ = writeln!(
             md,
-            "\n### {title}\n\n{what}\n\n| rank | cell | goodput % while stale | Δ vs reference (pp) | 5xx % | recovery after ANALYZE |\n|---:|---|---:|---:|---:|---:|\n"
+            "- > {}\n\n  **{}** — {} — {}\n",
+            c.postmortem.as_deref().unwrap_or(""),
+            c.outcome.words(false),
+            c.checks_markdown(),
+            c.evidence
         );
-        for (i, r) in list.iter().enumerate() {
-            let _ = writeln!(
-                md,
-                "| {} | {} | {} | {:+.1} | {} | {} |",
-                i + 1,
-                r.label,
-                fmt(r.goodput_pct, 1),
-                r.delta_goodput_pp.unwrap_or(f64::NAN),
-                fmt(r.error_5xx_pct, 1),
-                recovery_text(r)
-            );
-        }
-    };
+    }
+
+    cells_markdown(&mut md, rows);
+    md.push_str("\nWhat the cells cannot separate: the retryable classes and the per-attempt budget are the fixed client's code, not flags — they are in `base`; one retry layer is tested on legacy (`legacy+one_retry_layer`), since the fixed gateway always makes one attempt.\n");
+    md
+}
+
+/// The rankings: each control alone, each removed from the fix, the fix's variants, and the
+/// teams' policies against the lab's fix.
+fn rankings_markdown(md: &mut String, rows: &[Row]) {
     md.push_str("## Which single control buys the most goodput\n");
     let with_delta = |f: &dyn Fn(&Row) -> bool| -> Vec<&Row> {
         rows.iter()
             .filter(|r| r.delta_goodput_pp.is_some() && f(r))
             .collect()
     };
-    table(
-        &mut md,
+    ranking_table(
+        md,
         "Each control alone",
         "Goodput gained over the cell's reference: legacy for the controls outside the client, base (the fixed client with every `resilience.*` off) for the client's own.",
         with_delta(&|r| matches!(r.group, Group::Legacy | Group::Base)),
         1.0,
     );
-    table(
-        &mut md,
+    ranking_table(
+        md,
         "Each control removed from the full fix",
         "Goodput lost when only this control is taken out of `all` (the most negative: the control the fix leans on most).",
         with_delta(&|r| r.group == Group::All && r.id.starts_with("all-")),
         -1.0,
     );
-    table(
-        &mut md,
+    ranking_table(
+        md,
         "Variants of the full fix",
         "The adaptive limits in place of the static one, against `all`.",
         with_delta(&|r| r.group == Group::All && r.id.starts_with("all+")),
@@ -655,19 +676,37 @@ fn markdown(
             );
         }
     }
+}
 
-    md.push_str("\n## The postmortem's claims\n\n");
-    for c in claims {
+/// One ranking table: `list` by its goodput gain (`sign` -1: by its loss).
+fn ranking_table(md: &mut String, title: &str, what: &str, mut list: Vec<&Row>, sign: f64) {
+    if list.is_empty() {
+        return;
+    }
+    list.sort_by(|a, b| {
+        let k = |r: &Row| sign * r.delta_goodput_pp.unwrap_or(0.0);
+        k(b).total_cmp(&k(a))
+    });
+    let _ = write!(
+        md,
+        "\n### {title}\n\n{what}\n\n| rank | cell | goodput % while stale | Δ vs reference (pp) | 5xx % | recovery after ANALYZE |\n|---:|---|---:|---:|---:|---:|\n"
+    );
+    for (i, r) in list.iter().enumerate() {
         let _ = writeln!(
             md,
-            "- > {}\n\n  **{}** — {} — {}\n",
-            c.postmortem.as_deref().unwrap_or(""),
-            c.outcome.words(false),
-            c.checks_markdown(),
-            c.evidence
+            "| {} | {} | {} | {:+.1} | {} | {} |",
+            i + 1,
+            r.label,
+            fmt(r.goodput_pct, 1),
+            r.delta_goodput_pp.unwrap_or(f64::NAN),
+            fmt(r.error_5xx_pct, 1),
+            recovery_text(r)
         );
     }
+}
 
+/// Every cell's figures (mean, with the spread over repetitions).
+fn cells_markdown(md: &mut String, rows: &[Row]) {
     md.push_str("## Every cell\n\n| cell | ");
     md.push_str(&COLUMNS.iter().map(|c| c.1).collect::<Vec<_>>().join(" | "));
     md.push_str(" | recovery after ANALYZE |\n|---|");
@@ -684,8 +723,6 @@ fn markdown(
         }
         let _ = writeln!(md, " {} |", recovery_text(r));
     }
-    md.push_str("\nWhat the cells cannot separate: the retryable classes and the per-attempt budget are the fixed client's code, not flags — they are in `base`; one retry layer is tested on legacy (`legacy+one_retry_layer`), since the fixed gateway always makes one attempt.\n");
-    md
 }
 
 fn recovery_text(r: &Row) -> String {

@@ -77,6 +77,72 @@ fn cell_id(mode: Mode, load: f64, trigger: u64) -> String {
 
 pub async fn run(args: &MapArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> anyhow::Result<()> {
     args.cells.validate()?;
+    let (loads, triggers, modes) = grid(args)?;
+    let recovery = args.cells.recovery();
+    let Some((out, cal)) = cell::prepare(&args.cells, g, &keys, "map").await? else {
+        return Ok(());
+    };
+    anyhow::ensure!(
+        cal.healthy_capacity_rps.is_finite()
+            && cal.healthy_capacity_rps > 0.0
+            && cal.stale_capacity_rps.is_finite(),
+        "the calibration has no capacities: measure one (omit --calibration)"
+    );
+    let specs = specs(args, &cal, &loads, &triggers, &modes)?;
+    println!(
+        "metastability map: {} loads × {} trigger sizes × {} mode(s) = {} cells × {}; out {}",
+        loads.len(),
+        triggers.len(),
+        modes.len(),
+        specs.len(),
+        args.cells.repeat,
+        out.display()
+    );
+    let all = cell::run_all(&specs, &args.cells, &cal, g, &keys, &out).await?;
+    // Only cells that proved their trigger are mapped (a square with none is drawn as not
+    // measured); the others fail the command below.
+    let map = squares(&specs, &cell::valid(&all), &cal, args.cells.recovery_margin);
+    // What the measurement cost: every cell as measured (a resumed run reads most back) and
+    // the calibration.
+    let seconds = all.iter().map(|r| r.seconds).sum::<f64>() + cal.seconds;
+    let mut md = markdown(
+        &cal, &loads, &triggers, &modes, &map, args, recovery, seconds,
+    );
+    md.push('\n');
+    md.push_str(&cell::cost_line(&all));
+    md.push('\n');
+    std::fs::write(out.join("map.md"), &md)?;
+    std::fs::write(
+        out.join("summary.json"),
+        serde_json::to_vec_pretty(&Summary {
+            calibration: &cal,
+            loads: &loads,
+            trigger_seconds: &triggers,
+            recovery_window_seconds: recovery,
+            recovery_margin: args.cells.recovery_margin,
+            map: &map,
+            cells: &all,
+            seconds,
+        })?,
+    )?;
+    let grid = (&loads[..], &triggers[..], &modes[..]);
+    std::fs::write(
+        out.join("report.html"),
+        page(&cal, grid, &map, recovery, &md),
+    )?;
+    println!("\n{md}");
+    println!(
+        "map done in {:.1} min: {} ({})",
+        seconds / 60.0,
+        out.join("map.md").display(),
+        out.join("report.html").display()
+    );
+    cell::ensure_valid(&all)
+}
+
+/// The map's axes — loads (shares of the healthy capacity), trigger sizes, modes — as asked
+/// (or the defaults, smaller with `--quick`), checked.
+fn grid(args: &MapArgs) -> anyhow::Result<(Vec<f64>, Vec<u64>, Vec<Mode>)> {
     let q = args.cells.quick;
     let loads: Vec<f64> = if args.loads.is_empty() {
         if q {
@@ -122,23 +188,23 @@ pub async fn run(args: &MapArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> anyhow
         Modes::Legacy => vec![Mode::Legacy],
         Modes::Resilient => vec![Mode::Resilient],
     };
-    let recovery = args.cells.recovery();
-    let steady = args.cells.steady();
+    Ok((loads, triggers, modes))
+}
 
-    let Some((out, cal)) = cell::prepare(&args.cells, g, &keys, "map").await? else {
-        return Ok(());
-    };
-    anyhow::ensure!(
-        cal.healthy_capacity_rps.is_finite()
-            && cal.healthy_capacity_rps > 0.0
-            && cal.stale_capacity_rps.is_finite(),
-        "the calibration has no capacities: measure one (omit --calibration)"
-    );
-    let setup = cell::setup_fingerprint(&args.cells, &cal, args.cells.lab.policy.as_deref())?;
+/// One cell per mode × trigger size × load.
+fn specs(
+    args: &MapArgs,
+    cal: &Calibration,
+    loads: &[f64],
+    triggers: &[u64],
+    modes: &[Mode],
+) -> anyhow::Result<Vec<CellSpec>> {
+    let setup = cell::setup_fingerprint(&args.cells, cal, args.cells.lab.policy.as_deref())?;
+    let (steady, recovery) = (args.cells.steady(), args.cells.recovery());
     let mut specs = Vec::new();
-    for mode in &modes {
-        for t in &triggers {
-            for l in &loads {
+    for mode in modes {
+        for t in triggers {
+            for l in loads {
                 specs.push(CellSpec {
                     id: cell_id(*mode, *l, *t),
                     label: format!(
@@ -159,20 +225,17 @@ pub async fn run(args: &MapArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> anyhow
             }
         }
     }
-    println!(
-        "metastability map: {} loads × {} trigger sizes × {} mode(s) = {} cells × {}; out {}",
-        loads.len(),
-        triggers.len(),
-        modes.len(),
-        specs.len(),
-        args.cells.repeat,
-        out.display()
-    );
-    let all = cell::run_all(&specs, &args.cells, &cal, g, &keys, &out).await?;
-    // Only cells that proved their trigger are mapped (a square with none is drawn as not
-    // measured); the others fail the command below.
-    let results = cell::valid(&all);
-    let map: Vec<MapCell> = specs
+    Ok(specs)
+}
+
+/// Each cell's repetitions as one square of the map.
+fn squares(
+    specs: &[CellSpec],
+    results: &[CellResult],
+    cal: &Calibration,
+    recovery_margin: f64,
+) -> Vec<MapCell> {
+    specs
         .iter()
         .map(|s| {
             let reps: Vec<&CellResult> = results.iter().filter(|r| r.spec.id == s.id).collect();
@@ -192,33 +255,20 @@ pub async fn run(args: &MapArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> anyhow
                 amplification_peak: mean("amplification_peak"),
                 steady_goodput_pct: mean("steady_goodput_pct"),
                 healthy_before: mean("steady_goodput_pct")
-                    .is_none_or(|g| g >= 100.0 * args.cells.recovery_margin),
+                    .is_none_or(|g| g >= 100.0 * recovery_margin),
             }
         })
-        .collect();
-    // What the measurement cost: every cell as measured (a resumed run reads most back) and
-    // the calibration.
-    let seconds = all.iter().map(|r| r.seconds).sum::<f64>() + cal.seconds;
-    let mut md = markdown(
-        &cal, &loads, &triggers, &modes, &map, args, recovery, seconds,
-    );
-    md.push('\n');
-    md.push_str(&cell::cost_line(&all));
-    md.push('\n');
-    std::fs::write(out.join("map.md"), &md)?;
-    std::fs::write(
-        out.join("summary.json"),
-        serde_json::to_vec_pretty(&Summary {
-            calibration: &cal,
-            loads: &loads,
-            trigger_seconds: &triggers,
-            recovery_window_seconds: recovery,
-            recovery_margin: args.cells.recovery_margin,
-            map: &map,
-            cells: &all,
-            seconds,
-        })?,
-    )?;
+        .collect()
+}
+
+/// `report.html`: a heat map per mode, then the Markdown report.
+fn page(
+    cal: &Calibration,
+    (loads, triggers, modes): (&[f64], &[u64], &[Mode]),
+    map: &[MapCell],
+    recovery: u64,
+    md: &str,
+) -> String {
     let mut h = String::new();
     head(&mut h, "Metastability map — the stale plan × offered load");
     let _ = write!(
@@ -226,16 +276,16 @@ pub async fn run(args: &MapArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> anyhow
         "<p class='why'>Each square: a fresh lab at that load (share of the healthy capacity, {:.0} rps; the stale plan's is {:.0} rps), the plan stale for that long, then ANALYZE. Green: recovered within {recovery} s (the number: seconds after ANALYZE), fading to amber as it takes longer; red: stayed failed; brown: not healthy even before the trigger. Small print: goodput while stale.</p><div class='grid' style='grid-template-columns:1fr 1fr'>",
         cal.healthy_capacity_rps, cal.stale_capacity_rps
     );
-    for m in &modes {
+    for m in modes {
         let _ = write!(
             h,
             "<div><h2>{} mode</h2>{}</div>",
             m.variant(),
             heat_svg(
-                &map,
+                map,
                 *m,
-                &loads,
-                &triggers,
+                loads,
+                triggers,
                 recovery,
                 cal.healthy_capacity_rps / cal.stale_capacity_rps
             )
@@ -244,17 +294,9 @@ pub async fn run(args: &MapArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> anyhow
     h.push_str(
         "</div><h2>The report as Markdown</h2><pre style='white-space:pre-wrap;font-size:11px'>",
     );
-    h.push_str(&esc(&md));
+    h.push_str(&esc(md));
     h.push_str("</pre></body></html>\n");
-    std::fs::write(out.join("report.html"), h)?;
-    println!("\n{md}");
-    println!(
-        "map done in {:.1} min: {} ({})",
-        seconds / 60.0,
-        out.join("map.md").display(),
-        out.join("report.html").display()
-    );
-    cell::ensure_valid(&all)
+    h
 }
 
 fn find(map: &[MapCell], mode: Mode, load: f64, trigger: u64) -> Option<&MapCell> {
