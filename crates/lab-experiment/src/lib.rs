@@ -205,14 +205,7 @@ pub async fn run(
         Some(list) => engine::TargetSource::Fixed(parse_targets(list).await?),
         None => engine::TargetSource::Native(state_dir.to_path_buf()),
     };
-    let restarts = || -> anyhow::Result<u32> {
-        Ok(match &args.targets {
-            Some(_) => 0,
-            None => supervise::read_state(state_dir)?
-                .map(|s| s.procs.iter().map(|p| p.restarts).sum())
-                .unwrap_or(0),
-        })
-    };
+    let restarts = || restarts_so_far(args, state_dir);
     let restarts_before = restarts()?;
     let base_rate = args.rate.unwrap_or(sc.rate);
     anyhow::ensure!(
@@ -221,13 +214,12 @@ pub async fn run(
         sc.name
     );
     let out = args.out.clone().unwrap_or_else(|| {
-        let ts = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or_default();
-        state_dir
-            .join("reports")
-            .join(format!("gameday-{}-{}-{ts}", sc.name, args.mode.variant()))
+        state_dir.join("reports").join(format!(
+            "gameday-{}-{}-{}",
+            sc.name,
+            args.mode.variant(),
+            now_s()
+        ))
     });
     let tenants = args.tenants.unwrap_or(if sc.tenants == "uniform" {
         TenantMix::Uniform
@@ -295,13 +287,17 @@ pub async fn run(
         out,
         actions: outcome.actions,
         sent: outcome.load.sent,
-        answered: outcome
-            .load
-            .by_status
-            .iter()
-            .filter(|(k, _)| k.parse::<u16>().is_ok())
-            .map(|(_, n)| *n)
-            .sum(),
+        answered: outcome.load.answered(),
+    })
+}
+
+/// Replicas the native lab's supervisor has restarted so far (0 for a lab it did not start).
+fn restarts_so_far(args: &GamedayArgs, state_dir: &Path) -> anyhow::Result<u32> {
+    Ok(match &args.targets {
+        Some(_) => 0,
+        None => supervise::read_state(state_dir)?
+            .map(|s| s.procs.iter().map(|p| p.restarts).sum())
+            .unwrap_or(0),
     })
 }
 

@@ -777,6 +777,112 @@ pub async fn run(args: &ReplayArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> any
 
 /// Step 1 and 2 once, and the report of them in `out`. Fails on an operation that failed;
 /// counts that do not add up are returned for the caller to judge (after the report).
+/// The calibration a `--rate` stands for: none measured, the rate as given.
+fn given_rate(args: &ReplayArgs, rate: f64) -> anyhow::Result<Calibration> {
+    Ok(Calibration {
+        healthy_capacity_rps: f64::NAN,
+        stale_capacity_rps: f64::NAN,
+        healthy_per_second: None,
+        stale_per_second: None,
+        healthy_probe_goodput: Vec::new(),
+        stale_probe_goodput: Vec::new(),
+        stale_over_healthy: f64::NAN,
+        stale_utilisation: f64::NAN,
+        rate,
+        healthy_utilisation: f64::NAN,
+        healthy_utilisation_ok: true,
+        steady_rss_mb: None,
+        memory_limit_bytes: match args.memory_limit.as_deref() {
+            None | Some("none") => None,
+            Some(s) => Some(lab_native::cgroup::parse_size(s)?),
+        },
+        backfill_ran: false,
+        seconds: 0.0,
+        notes: vec![format!("rate {rate} rps given with --rate: no calibration")],
+    })
+}
+
+/// One mode of the replay: a fresh lab booted in that mode, its memory limit, a closed-loop
+/// warm-up, the scenario at the calibrated rate, the lab down.
+async fn replay_mode(
+    args: &ReplayArgs,
+    g: &Globals,
+    keys: &[ApiKeyRecord],
+    sc: &Scenario,
+    cal: &Calibration,
+    mode: Mode,
+    out: &Path,
+) -> anyhow::Result<ModeReport> {
+    let dir = out.join(mode.variant());
+    std::fs::create_dir_all(&dir)?;
+    println!(
+        "\n{} mode: fresh lab, {} s closed-loop warm-up",
+        mode.variant(),
+        args.warmup_seconds
+    );
+    // The mode's flags before the lab boots: it boots with what the store holds, and the
+    // store still holds the calibration's (resilient, boot warm-up on) — a legacy lab that
+    // booted with them warmed its caches the fixed way (issue 24).
+    let store = lab_flags::Store::new(&g.redis_url)?;
+    store.reset().await?;
+    store.set("client.mode", mode.variant()).await?;
+    fresh_lab(args, g).await?;
+    // The limit before the warm-up: memory a process holds when it enters its cgroup stays
+    // charged elsewhere (see cgroup.rs), and the cache is most of it.
+    if let Some(b) = cal.memory_limit_bytes {
+        act(
+            g,
+            Action::LimitMemory(Service::Orchestrator, Some(b)),
+            &dir.join("actions.log"),
+        )
+        .await?;
+    }
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    closed_loop(
+        args,
+        g,
+        keys,
+        args.warmup_seconds,
+        1,
+        args.seed.wrapping_add(3000),
+    )
+    .await?;
+    let run = engine::Run {
+        scenario: sc,
+        mode,
+        rate: cal.rate,
+        tenants: if sc.tenants == "uniform" {
+            TenantMix::Uniform
+        } else {
+            TenantMix::Size
+        },
+        extra_flags: &[],
+        gateway: format!("http://127.0.0.1:{}", args.lab.gateway_port),
+        targets: TargetSource::Native(g.state_dir.clone()),
+        seed: args.seed,
+        out: dir.clone(),
+        time_scale: args.time_scale,
+    };
+    let outcome: engine::Outcome = engine::execute(&run, g, keys.to_vec()).await?;
+    lab_native::down(&g.state_dir).await?;
+    let steps = sc.verdicts(mode.variant(), &outcome.phases);
+    let fix_quality = fix_quality(sc, &outcome.phases, cal.stale_capacity_rps);
+    // A mode whose counts do not add up fails the replay, but only after BOTH modes ran and
+    // the report was written (it says so): bailing here skipped the other mode and wrote
+    // nothing, under a message that said the report was written anyway.
+    Ok(ModeReport {
+        mode,
+        phases: outcome.phases,
+        steps,
+        consistency: outcome.consistency,
+        actions: outcome.actions,
+        load_sent: outcome.load.sent,
+        load_by_status: outcome.load.by_status.clone(),
+        load_per_second: outcome.load.per_second.clone(),
+        fix_quality,
+    })
+}
+
 async fn replay_once(
     args: &ReplayArgs,
     g: &Globals,
@@ -785,27 +891,7 @@ async fn replay_once(
     out: &Path,
 ) -> anyhow::Result<Replayed> {
     let cal = match args.rate {
-        Some(rate) => Calibration {
-            healthy_capacity_rps: f64::NAN,
-            stale_capacity_rps: f64::NAN,
-            healthy_per_second: None,
-            stale_per_second: None,
-            healthy_probe_goodput: Vec::new(),
-            stale_probe_goodput: Vec::new(),
-            stale_over_healthy: f64::NAN,
-            stale_utilisation: f64::NAN,
-            rate,
-            healthy_utilisation: f64::NAN,
-            healthy_utilisation_ok: true,
-            steady_rss_mb: None,
-            memory_limit_bytes: match args.memory_limit.as_deref() {
-                None | Some("none") => None,
-                Some(s) => Some(lab_native::cgroup::parse_size(s)?),
-            },
-            backfill_ran: false,
-            seconds: 0.0,
-            notes: vec![format!("rate {rate} rps given with --rate: no calibration")],
-        },
+        Some(rate) => given_rate(args, rate)?,
         None => calibrate(args, g, keys, out).await?,
     };
     println!(
@@ -824,74 +910,7 @@ async fn replay_once(
     }
     let mut reports = Vec::new();
     for mode in args.modes() {
-        let dir = out.join(mode.variant());
-        std::fs::create_dir_all(&dir)?;
-        println!(
-            "\n{} mode: fresh lab, {} s closed-loop warm-up",
-            mode.variant(),
-            args.warmup_seconds
-        );
-        // The mode's flags before the lab boots: it boots with what the store holds, and the
-        // store still holds the calibration's (resilient, boot warm-up on) — a legacy lab that
-        // booted with them warmed its caches the fixed way (issue 24).
-        let store = lab_flags::Store::new(&g.redis_url)?;
-        store.reset().await?;
-        store.set("client.mode", mode.variant()).await?;
-        fresh_lab(args, g).await?;
-        // The limit before the warm-up: memory a process holds when it enters its cgroup stays
-        // charged elsewhere (see cgroup.rs), and the cache is most of it.
-        if let Some(b) = cal.memory_limit_bytes {
-            act(
-                g,
-                Action::LimitMemory(Service::Orchestrator, Some(b)),
-                &dir.join("actions.log"),
-            )
-            .await?;
-        }
-        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-        closed_loop(
-            args,
-            g,
-            keys,
-            args.warmup_seconds,
-            1,
-            args.seed.wrapping_add(3000),
-        )
-        .await?;
-        let run = engine::Run {
-            scenario: sc,
-            mode,
-            rate: cal.rate,
-            tenants: if sc.tenants == "uniform" {
-                TenantMix::Uniform
-            } else {
-                TenantMix::Size
-            },
-            extra_flags: &[],
-            gateway: format!("http://127.0.0.1:{}", args.lab.gateway_port),
-            targets: TargetSource::Native(g.state_dir.clone()),
-            seed: args.seed,
-            out: dir.clone(),
-            time_scale: args.time_scale,
-        };
-        let outcome: engine::Outcome = engine::execute(&run, g, keys.to_vec()).await?;
-        lab_native::down(&g.state_dir).await?;
-        let steps = sc.verdicts(mode.variant(), &outcome.phases);
-        let fix_quality = fix_quality(sc, &outcome.phases, cal.stale_capacity_rps);
-        // A mode whose counts do not add up fails the replay, but only after BOTH modes ran and
-        // the report was written (it says so): bailing here skipped the other mode and wrote
-        // nothing, under a message that said the report was written anyway.
-        reports.push(ModeReport {
-            mode,
-            phases: outcome.phases,
-            steps,
-            consistency: outcome.consistency,
-            actions: outcome.actions,
-            load_sent: outcome.load.sent,
-            load_by_status: outcome.load.by_status.clone(),
-            load_per_second: outcome.load.per_second.clone(),
-            fix_quality,
-        });
+        reports.push(replay_mode(args, g, keys, sc, &cal, mode, out).await?);
     }
     if reports.is_empty() {
         bail!("no mode was replayed");

@@ -137,6 +137,17 @@ pub struct LoadReport {
     pub per_second: Vec<SecondSample>,
 }
 
+impl LoadReport {
+    /// Requests that got an HTTP answer (any status; not a client timeout or error).
+    pub fn answered(&self) -> u64 {
+        self.by_status
+            .iter()
+            .filter(|(k, _)| k.parse::<u16>().is_ok())
+            .map(|(_, n)| n)
+            .sum()
+    }
+}
+
 #[derive(Debug, Serialize, Default, Clone)]
 pub struct Percentiles {
     pub p50: f64,

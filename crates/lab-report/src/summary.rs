@@ -122,12 +122,7 @@ fn origin_of_5xx(labels: &str) -> Option<String> {
 /// the gateway, and every 5xx it received is named by exactly one origin at the gateway. A report
 /// whose counts do not add up says so, loudly, rather than publishing numbers nobody can trust.
 pub fn consistency(s: &Series, load: &lab_load::LoadReport) -> Vec<Check> {
-    let answered: u64 = load
-        .by_status
-        .iter()
-        .filter(|(k, _)| k.parse::<u16>().is_ok())
-        .map(|(_, v)| v)
-        .sum();
+    let answered = load.answered();
     let by_status: u64 = load.by_status.values().sum();
     let load_5xx: u64 = load
         .by_status
