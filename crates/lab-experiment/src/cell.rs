@@ -574,29 +574,16 @@ async fn run_one(
     ra.lab.policy = spec.policy.clone();
     let log = dir.join("actions.log");
     // The same starting point for every cell: statistics freshly analyzed (a cell cut short
-    // may have left the plan stale), then a fresh lab, its memory limit, the cell's flags, and
-    // the same closed-loop warm-up.
+    // may have left the plan stale), then a fresh lab booted with the cell's flags, its memory
+    // limit, and the same closed-loop warm-up.
     crate::act(g, Action::ANALYZE, &log).await?;
-    // The cell's flags before the lab boots: it boots with what the store holds, and the store
-    // still holds the previous cell's (issue 24).
-    let store = lab_flags::Store::new(&g.redis_url)?;
-    store.reset().await?;
-    store.set("client.mode", spec.mode.variant()).await?;
-    for (f, v) in &spec.flags {
-        store.set(f, v).await?;
-    }
-    replay::fresh_lab(&ra, g).await?;
-    if let Some(b) = cal.memory_limit_bytes {
-        crate::act(g, Action::LimitMemory(Service::Orchestrator, Some(b)), &log).await?;
-    }
-    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-    replay::closed_loop(
+    replay::fresh_warm_lab(
         &ra,
         g,
         keys,
-        args.warmup_seconds,
-        1,
-        args.seed.wrapping_add(3000),
+        (spec.mode, &spec.flags),
+        cal.memory_limit_bytes,
+        &log,
     )
     .await?;
     let sc = spec.scenario();

@@ -244,37 +244,10 @@ pub async fn run(
     let expectations = sc.expectations(args.mode.variant(), phases);
     let restarts_after = restarts()?.max(restarts_before);
 
-    let md = markdown(
-        &sc,
-        args,
-        &extra,
-        base_rate,
-        tenants,
-        &outcome,
-        restarts_after - restarts_before,
-        [&steps, &expectations],
-    );
-    println!("\n{md}");
-    let report = Report {
-        scenario: &sc,
-        mode: args.mode,
-        extra_flags: &args.flags,
-        targets: &outcome.targets,
-        phases,
-        steps: &steps,
-        expectations: &expectations,
-        consistency: &outcome.consistency,
-        actions: &outcome.actions,
-        load: &outcome.load,
-        restarts_during_run: restarts_after - restarts_before,
-    };
-    std::fs::write(
-        out.join("summary.json"),
-        serde_json::to_vec_pretty(&report)?,
-    )?;
-    std::fs::write(out.join("summary.md"), &md)?;
-    let html = html::render(&out)?;
-    println!("report written to {} ({})", out.display(), html.display());
+    let restarts = restarts_after - restarts_before;
+    let verdicts = [&steps[..], &expectations[..]];
+    let ctx = (&sc, args, &extra[..], base_rate, tenants);
+    write_report(ctx, &outcome, restarts, verdicts, &out)?;
     fail_on_inconsistency(&outcome.consistency, &out)?;
     if args.strict
         && expectations
@@ -289,6 +262,54 @@ pub async fn run(
         sent: outcome.load.sent,
         answered: outcome.load.answered(),
     })
+}
+
+/// The game day's summary.md (printed too), summary.json and report.html in `out`.
+fn write_report(
+    (sc, args, extra, base_rate, tenants): (
+        &scenario::Scenario,
+        &GamedayArgs,
+        &[(String, String)],
+        f64,
+        TenantMix,
+    ),
+    outcome: &engine::Outcome,
+    restarts: u32,
+    [steps, expectations]: [&[Verdict]; 2],
+    out: &Path,
+) -> anyhow::Result<()> {
+    let md = markdown(
+        sc,
+        args,
+        extra,
+        base_rate,
+        tenants,
+        outcome,
+        restarts,
+        [steps, expectations],
+    );
+    println!("\n{md}");
+    let report = Report {
+        scenario: sc,
+        mode: args.mode,
+        extra_flags: &args.flags,
+        targets: &outcome.targets,
+        phases: &outcome.phases,
+        steps,
+        expectations,
+        consistency: &outcome.consistency,
+        actions: &outcome.actions,
+        load: &outcome.load,
+        restarts_during_run: restarts,
+    };
+    std::fs::write(
+        out.join("summary.json"),
+        serde_json::to_vec_pretty(&report)?,
+    )?;
+    std::fs::write(out.join("summary.md"), &md)?;
+    let html = html::render(out)?;
+    println!("report written to {} ({})", out.display(), html.display());
+    Ok(())
 }
 
 /// Replicas the native lab's supervisor has restarted so far (0 for a lab it did not start).

@@ -777,6 +777,43 @@ pub async fn run(args: &ReplayArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> any
 
 /// Step 1 and 2 once, and the report of them in `out`. Fails on an operation that failed;
 /// counts that do not add up are returned for the caller to judge (after the report).
+/// A fresh lab for one run: booted in `mode` with `flags` — set in the store first, since a
+/// lab boots with what the store holds, and it still holds the previous run's (the
+/// calibration's boot warm-up; issue 24) — its orchestrators' memory limit, then the same
+/// closed-loop warm-up.
+pub(super) async fn fresh_warm_lab(
+    args: &ReplayArgs,
+    g: &Globals,
+    keys: &[ApiKeyRecord],
+    (mode, flags): (Mode, &[(String, String)]),
+    memory_limit: Option<u64>,
+    log: &Path,
+) -> anyhow::Result<()> {
+    let store = lab_flags::Store::new(&g.redis_url)?;
+    store.reset().await?;
+    store.set("client.mode", mode.variant()).await?;
+    for (f, v) in flags {
+        store.set(f, v).await?;
+    }
+    fresh_lab(args, g).await?;
+    // The limit before the warm-up: memory a process holds when it enters its cgroup stays
+    // charged elsewhere (see cgroup.rs), and the cache is most of it.
+    if let Some(b) = memory_limit {
+        act(g, Action::LimitMemory(Service::Orchestrator, Some(b)), log).await?;
+    }
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    closed_loop(
+        args,
+        g,
+        keys,
+        args.warmup_seconds,
+        1,
+        args.seed.wrapping_add(3000),
+    )
+    .await?;
+    Ok(())
+}
+
 /// The calibration a `--rate` stands for: none measured, the rate as given.
 fn given_rate(args: &ReplayArgs, rate: f64) -> anyhow::Result<Calibration> {
     Ok(Calibration {
@@ -820,31 +857,13 @@ async fn replay_mode(
         mode.variant(),
         args.warmup_seconds
     );
-    // The mode's flags before the lab boots: it boots with what the store holds, and the
-    // store still holds the calibration's (resilient, boot warm-up on) — a legacy lab that
-    // booted with them warmed its caches the fixed way (issue 24).
-    let store = lab_flags::Store::new(&g.redis_url)?;
-    store.reset().await?;
-    store.set("client.mode", mode.variant()).await?;
-    fresh_lab(args, g).await?;
-    // The limit before the warm-up: memory a process holds when it enters its cgroup stays
-    // charged elsewhere (see cgroup.rs), and the cache is most of it.
-    if let Some(b) = cal.memory_limit_bytes {
-        act(
-            g,
-            Action::LimitMemory(Service::Orchestrator, Some(b)),
-            &dir.join("actions.log"),
-        )
-        .await?;
-    }
-    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-    closed_loop(
+    fresh_warm_lab(
         args,
         g,
         keys,
-        args.warmup_seconds,
-        1,
-        args.seed.wrapping_add(3000),
+        (mode, &[]),
+        cal.memory_limit_bytes,
+        &dir.join("actions.log"),
     )
     .await?;
     let run = engine::Run {
