@@ -175,6 +175,46 @@ impl VerdictCheck {
         Some(ok)
     }
 
+    /// Refuse a check that names no row of the report, states no condition, or compares with a
+    /// phase that is not an earlier one (`i`: its phase's index in `sc`).
+    pub fn validate(&self, sc: &Scenario, i: usize, known: &[&str]) -> anyhow::Result<()> {
+        if !known.contains(&self.metric.as_str()) {
+            bail!(
+                "verdict metric {:?} is not a row of the report ({})",
+                self.metric,
+                known.join(", ")
+            );
+        }
+        let any = self.needs_reference() || self.min.is_some() || self.max.is_some();
+        if !any {
+            bail!("verdict on {} states no condition", self.metric);
+        }
+        if (self.rises || self.falls) && !self.by.map(|b| b > 0.0).unwrap_or(false) {
+            bail!(
+                "verdict on {}: rises/falls needs `by`, an absolute floor \
+                 > 0 in the metric's unit (a 10% change of nearly nothing is not a \
+                 change)",
+                self.metric
+            );
+        }
+        if self.by.is_some() && !(self.rises || self.falls) {
+            bail!(
+                "verdict on {}: `by` only goes with rises or falls",
+                self.metric
+            );
+        }
+        if self.needs_reference() {
+            match &self.vs {
+                Some(v) if !sc.phases[..i].iter().any(|q| &q.name == v) => {
+                    bail!("verdict vs {v:?}: no earlier phase of that name")
+                }
+                None if i == 0 => bail!("the first phase has no previous one to compare with"),
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
     /// The check against phase `i`'s summary (and its reference phase's, where it compares).
     pub fn evaluate(&self, sc: &Scenario, i: usize, phases: &[PhaseReport]) -> Check {
         let value = phases[i].summary.get(&self.metric).copied();
@@ -288,51 +328,8 @@ impl Scenario {
                     bail!("phase {}: verdict for unknown mode {mode:?}", p.name);
                 }
                 for c in checks {
-                    if !known.contains(&c.metric.as_str()) {
-                        bail!(
-                            "phase {}: verdict metric {:?} is not a row of the report ({})",
-                            p.name,
-                            c.metric,
-                            known.join(", ")
-                        );
-                    }
-                    let any = c.needs_reference() || c.min.is_some() || c.max.is_some();
-                    if !any {
-                        bail!(
-                            "phase {}: verdict on {} states no condition",
-                            p.name,
-                            c.metric
-                        );
-                    }
-                    if (c.rises || c.falls) && !c.by.map(|b| b > 0.0).unwrap_or(false) {
-                        bail!(
-                            "phase {}: verdict on {}: rises/falls needs `by`, an absolute floor \
-                             > 0 in the metric's unit (a 10% change of nearly nothing is not a \
-                             change)",
-                            p.name,
-                            c.metric
-                        );
-                    }
-                    if c.by.is_some() && !(c.rises || c.falls) {
-                        bail!(
-                            "phase {}: verdict on {}: `by` only goes with rises or falls",
-                            p.name,
-                            c.metric
-                        );
-                    }
-                    if c.needs_reference() {
-                        match &c.vs {
-                            Some(v) if !self.phases[..i].iter().any(|q| &q.name == v) => bail!(
-                                "phase {}: verdict vs {v:?}: no earlier phase of that name",
-                                p.name
-                            ),
-                            None if i == 0 => bail!(
-                                "phase {}: the first phase has no previous one to compare with",
-                                p.name
-                            ),
-                            _ => {}
-                        }
-                    }
+                    c.validate(self, i, &known)
+                        .with_context(|| format!("phase {}", p.name))?;
                 }
             }
             for (flag, variant) in &p.flags {
@@ -366,6 +363,12 @@ impl Scenario {
             for (metric, e) in checks {
                 if !self.phases.iter().any(|p| p.name == e.phase) {
                     bail!("expect.{mode}.{metric}: no phase named {:?}", e.phase);
+                }
+                if !known.contains(&metric.as_str()) {
+                    bail!(
+                        "expect.{mode}.{metric}: not a row of the report ({})",
+                        known.join(", ")
+                    );
                 }
             }
         }
