@@ -553,6 +553,26 @@ mod tests {
             "by without rises/falls"
         );
         assert!(with("{metric: error_5xx_pct}").is_err(), "no condition");
+        // The message names the phase and the check.
+        let e = format!("{:#}", with("{metric: no_such_row, max: 1}").unwrap_err());
+        assert!(
+            e.starts_with("phase b: verdict metric \"no_such_row\""),
+            "{e}"
+        );
+        // An expect: range is held to the same rows.
+        let expect = |metric: &str| {
+            let y = format!(
+                "name: x\nsummary: s\ndescription: d\nrate: 10\nphases:\n  - {{name: a, seconds: 5}}\nexpect:\n  legacy:\n    {metric}: {{phase: a, min: 2}}\n"
+            );
+            serde_norway::from_str::<Scenario>(&y)
+                .unwrap()
+                .validate(&defs)
+        };
+        assert!(expect("amplification_ratio").is_ok());
+        assert!(
+            expect("amplificaton_ratio").is_err(),
+            "a typo would never be measured"
+        );
     }
 
     #[test]
