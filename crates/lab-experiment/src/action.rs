@@ -11,7 +11,8 @@ use std::fmt;
 use std::str::FromStr;
 
 use clap::Parser;
-use lab_native::{Lab, Log, Service};
+use lab_native::deps::Dependency;
+use lab_native::{Lab, Log, Replica, Service};
 use lab_trigger::backfill::{self, Job, Step};
 use lab_trigger::remediate::{self, Remedy};
 
@@ -29,6 +30,10 @@ pub enum Action {
     Scale(Service, usize),
     /// A memory limit on every replica, enforced by the kernel (`None` lifts it).
     LimitMemory(Service, Option<u64>),
+    /// One replica killed outright (SIGKILL: a lost node), its restart awaited.
+    Kill(Replica),
+    /// A dependency restarted under load (PostgreSQL: every connection dropped).
+    Restart(Dependency),
 }
 
 #[derive(Debug, Clone, clap::Subcommand)]
@@ -64,6 +69,19 @@ fn parse_limit(s: &str) -> anyhow::Result<Limit> {
     }))
 }
 
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum FaultCommand {
+    /// Kill one replica with SIGKILL (no drain: a lost node, an OOM kill); the supervisor
+    /// restarts it, and this waits until it is ready again.
+    Kill {
+        /// A replica, as `labctl status` names it: entity-service-1, orchestrator-2, ...
+        replica: Replica,
+    },
+    /// Restart a dependency of the lab under load and wait until it answers again: `postgres`
+    /// (its cluster on this machine, with pg_ctlcluster: every pool's connections dropped).
+    Restart { dependency: Dependency },
+}
+
 /// The fleet's operations in labctl's words: `labctl rollout|scale|limits …` at a terminal and a
 /// scenario's `run:` parse them with this one definition.
 #[derive(Debug, Clone, clap::Subcommand)]
@@ -85,6 +103,11 @@ pub enum OpsWords {
         #[command(subcommand)]
         command: LimitsCommand,
     },
+    /// Faults: a replica killed, a dependency restarted — what the lab must survive.
+    Fault {
+        #[command(subcommand)]
+        command: FaultCommand,
+    },
 }
 
 impl OpsWords {
@@ -101,6 +124,12 @@ impl OpsWords {
             OpsWords::Limits {
                 command: LimitsCommand::Memory { service, limit },
             } => Action::LimitMemory(service, limit.0),
+            OpsWords::Fault {
+                command: FaultCommand::Kill { replica },
+            } => Action::Kill(replica),
+            OpsWords::Fault {
+                command: FaultCommand::Restart { dependency },
+            } => Action::Restart(dependency),
         })
     }
 }
@@ -134,7 +163,8 @@ impl FromStr for Action {
             anyhow::anyhow!(
                 "action {s:?}: {} (actions: backfill [--only populate|invalidate | --reset], \
                  remediate analyze|vacuum, rollout restart <service>, scale <service> \
-                 --replicas N, limits memory <service> <size|none>)",
+                 --replicas N, limits memory <service> <size|none>, fault kill <replica>, \
+                 fault restart postgres)",
                 e.lines().next().unwrap_or("not understood").trim()
             )
         })?;
@@ -179,6 +209,8 @@ impl fmt::Display for Action {
             Action::Scale(s, n) => write!(f, "scale {s} --replicas {n}"),
             Action::LimitMemory(s, None) => write!(f, "limits memory {s} none"),
             Action::LimitMemory(s, Some(b)) => write!(f, "limits memory {s} {b}"),
+            Action::Kill(r) => write!(f, "fault kill {r}"),
+            Action::Restart(d) => write!(f, "fault restart {d}"),
         }
     }
 }
@@ -219,6 +251,8 @@ impl Action {
             Action::RolloutRestart(s) => lab.rollout_restart(s).await?,
             Action::Scale(s, n) => lab.scale(s, n).await?,
             Action::LimitMemory(s, bytes) => lab.limit_memory(s, bytes).await?,
+            Action::Kill(r) => lab.kill(r).await?,
+            Action::Restart(d) => lab_native::deps::restart(d, database_url, log).await?,
         }
         Ok(())
     }
@@ -241,6 +275,8 @@ mod tests {
             Action::Scale(Service::Orchestrator, 5),
             Action::LimitMemory(Service::Orchestrator, Some(700 << 20)),
             Action::LimitMemory(Service::EntityService, None),
+            Action::Kill("entity-service-1".parse().unwrap()),
+            Action::Restart(Dependency::Postgres),
         ];
         for a in all {
             assert_eq!(a.to_string().parse::<Action>().unwrap(), a, "{a}");
@@ -265,6 +301,9 @@ mod tests {
             ("remediate reindex", "reindex"),
             ("limits memory orchestrator 7 lakh", "lakh"),
             ("db status", "db"),
+            ("fault kill entity-service", "<service>-<n>"),
+            ("fault kill gateway-1", "no service"),
+            ("fault restart redis", "postgres"),
             ("", "actions:"),
         ] {
             let e = format!("{:#}", words.parse::<Action>().unwrap_err());

@@ -601,6 +601,9 @@ mod tests {
         async fn limit_memory(&self, _: Service, _: Option<u64>) -> anyhow::Result<()> {
             Ok(())
         }
+        async fn kill(&self, _: lab_native::Replica) -> anyhow::Result<()> {
+            anyhow::bail!("the lab runs no such replica")
+        }
     }
 
     #[tokio::test]

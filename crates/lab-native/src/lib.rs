@@ -6,8 +6,9 @@
 //! - [`supervise`]: the supervisor — a kubelet in miniature — and its control channel. It runs
 //!   as `<this executable> supervise --plan <file>`: a binary that links this crate must expose
 //!   that verb (labctl does).
-//! - [`ops`]: rollout restart, scale, memory limits, each waiting until the fleet has the asked-for
-//!   shape.
+//! - [`ops`]: rollout restart, scale, memory limits, a replica killed, each waiting until the
+//!   fleet has the asked-for shape.
+//! - [`deps`]: the lab's dependencies as faults: PostgreSQL restarted under load.
 //! - [`cgroup`]: memory limits through the kernel's memory cgroups.
 //! - [`policy`]: a team's retry policy file, validated by the orchestrator's own types.
 //!
@@ -15,6 +16,7 @@
 //! or kind could implement it later.
 
 pub mod cgroup;
+pub mod deps;
 pub mod fleet;
 pub mod ops;
 pub mod policy;
@@ -79,6 +81,39 @@ impl std::str::FromStr for Service {
     }
 }
 
+/// One replica of a service, as the lab names it: `entity-service-1`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Replica {
+    pub service: Service,
+    /// From 1.
+    pub index: usize,
+}
+
+impl std::fmt::Display for Replica {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.service, self.index)
+    }
+}
+
+impl std::str::FromStr for Replica {
+    type Err = anyhow::Error;
+
+    fn from_str(s: &str) -> anyhow::Result<Self> {
+        let (service, index) = s
+            .rsplit_once('-')
+            .and_then(|(svc, n)| Some((svc, n.parse::<usize>().ok().filter(|n| *n >= 1)?)))
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "no replica {s:?}: a replica is <service>-<n>, e.g. entity-service-1"
+                )
+            })?;
+        Ok(Replica {
+            service: service.parse()?,
+            index,
+        })
+    }
+}
+
 /// What an experiment does to a lab. Each call returns once the lab has the asked-for shape (or
 /// fails saying why); none of them touches the database (the trigger is the experiment's own).
 /// The futures are `Send`: an experiment runs its timeline's actions beside its load.
@@ -97,6 +132,9 @@ pub trait Lab {
         service: Service,
         bytes: Option<u64>,
     ) -> impl Future<Output = anyhow::Result<()>> + Send;
+    /// `replica`'s process killed outright (no drain: a lost node, an OOM kill), and its
+    /// restart by the lab awaited until it is ready again.
+    fn kill(&self, replica: Replica) -> impl Future<Output = anyhow::Result<()>> + Send;
 }
 
 /// Where the lab's operations say what they do, line by line: stdout for the operator at a
@@ -159,6 +197,10 @@ impl Lab for NativeLab {
     async fn limit_memory(&self, service: Service, bytes: Option<u64>) -> anyhow::Result<()> {
         ops::limit_memory(&self.state_dir, service, bytes, &self.log).await
     }
+
+    async fn kill(&self, replica: Replica) -> anyhow::Result<()> {
+        ops::kill(&self.state_dir, replica, &self.log).await
+    }
 }
 
 #[cfg(test)]
@@ -172,5 +214,15 @@ mod tests {
         }
         let err = "orchestrators".parse::<Service>().unwrap_err().to_string();
         assert!(err.contains("orchestrator, entity-service"), "{err}");
+    }
+
+    #[test]
+    fn a_replica_reads_back_from_its_name() {
+        let r: Replica = "entity-service-1".parse().unwrap();
+        assert_eq!((r.service, r.index), (Service::EntityService, 1));
+        assert_eq!(r.to_string(), "entity-service-1");
+        for bad in ["entity-service", "entity-service-0", "entity-servic-1", "1"] {
+            assert!(bad.parse::<Replica>().is_err(), "{bad}");
+        }
     }
 }

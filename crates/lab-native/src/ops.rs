@@ -2,7 +2,8 @@
 //! already use: `labctl rollout restart orchestrator` (Argo's rollback: every pod cycled, every
 //! cache cold), `labctl scale orchestrator --replicas 5` (24 → 60 pods: new cold replicas with
 //! their own connection slots, joining the gateway's rotation like new endpoints of a Service),
-//! and `labctl limits memory orchestrator 700M` (a pod's memory limit, enforced by the kernel).
+//! `labctl limits memory orchestrator 700M` (a pod's memory limit, enforced by the kernel), and
+//! `labctl fault kill entity-service-1` (a pod lost: SIGKILL, no drain).
 //! Each acts through the running supervisor and waits until the lab is in the asked-for shape.
 
 use std::path::Path;
@@ -181,6 +182,45 @@ pub async fn rollout_restart(state_dir: &Path, service: Service, log: &Log) -> a
     log.line(format!(
         "rollout of {service} complete in {:.1} s",
         started.elapsed().as_secs_f64()
+    ));
+    Ok(())
+}
+
+/// `labctl fault kill <replica>`: the replica's process killed with SIGKILL — no drain, no
+/// goodbye to its callers, like a lost node or the OOM killer — and the supervisor's restart of
+/// it awaited until the new process is ready (an orchestrator: back in the gateways' rotation).
+pub async fn kill(state_dir: &Path, replica: crate::Replica, log: &Log) -> anyhow::Result<()> {
+    let name = replica.to_string();
+    let all = replicas(state_dir, replica.service.as_str())?;
+    let Some(p) = all.iter().find(|p| p.name == name) else {
+        bail!(
+            "the lab runs no {name} (its {} replicas: {})",
+            replica.service,
+            all.iter()
+                .map(|p| p.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    };
+    let Some(pid) = p.pid else {
+        bail!("{name} has no process to kill (it is restarting: see labctl status)");
+    };
+    let t = Instant::now();
+    // SAFETY: kill(2) on a pid the supervisor started and still reports as its child.
+    if unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) } != 0 {
+        bail!(
+            "kill -9 {pid} ({name}): {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    log.line(format!("{name} (pid {pid}) killed with SIGKILL"));
+    let new = wait_ready(state_dir, &name, p.admin_port, Some(pid)).await?;
+    if p.binary == "orchestrator" {
+        wait_in_rotation(state_dir, p.port).await?;
+    }
+    log.line(format!(
+        "  {name} restarted by the supervisor: pid {pid} -> {new}, ready after {:.1} s",
+        t.elapsed().as_secs_f64()
     ));
     Ok(())
 }

@@ -460,6 +460,15 @@ pub static QUANTITIES: &[Quantity] = &[
         )
     },
     Quantity {
+        short: "failed",
+        ..row(
+            "failed_requests",
+            "Requests that got no 200 (5xx, 429, client timeouts; by intended send time)",
+            Unit::Plain,
+            Expr::Minus(&Expr::Sent, &Expr::Answered200),
+        )
+    },
+    Quantity {
         short: "goodput %",
         ..row(
             "goodput_pct",

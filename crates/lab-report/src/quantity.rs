@@ -88,6 +88,11 @@ pub enum Expr {
     /// 200s within the 3 s budget the load generator got in the window's seconds. With no load
     /// record: the gateway's 200s (the gateway answers 504 at 3 s, so its 200s are in budget).
     Good,
+    /// 200s the load generator got in the window's seconds, late ones included (no load
+    /// record: the gateway's 200s).
+    Answered200,
+    /// `a − b`.
+    Minus(&'static Expr, &'static Expr),
     /// Per second of the window.
     PerSecond(&'static Expr),
     /// `times × a / b`, when `b > 0`.
@@ -122,11 +127,11 @@ impl Expr {
             Expr::Increase { metric, .. }
             | Expr::Gauge { metric, .. }
             | Expr::Quantile { metric, .. } => vec![metric],
-            Expr::Sent | Expr::Good => vec![],
+            Expr::Sent | Expr::Good | Expr::Answered200 => vec![],
             Expr::PerSecond(e) | Expr::Scaled(e, _) | Expr::PerReplica(_, e) | Expr::VsFirst(e) => {
                 e.metrics()
             }
-            Expr::Ratio { a, b, .. } => [a.metrics(), b.metrics()].concat(),
+            Expr::Ratio { a, b, .. } | Expr::Minus(a, b) => [a.metrics(), b.metrics()].concat(),
             Expr::PerFirst { attempts, retries } => {
                 [attempts.metrics(), retries.metrics()].concat()
             }
@@ -138,11 +143,11 @@ impl Expr {
     /// counters without one).
     pub fn reads_load(&self) -> bool {
         match self {
-            Expr::Sent | Expr::Good => true,
+            Expr::Sent | Expr::Good | Expr::Answered200 => true,
             Expr::PerSecond(e) | Expr::Scaled(e, _) | Expr::PerReplica(_, e) | Expr::VsFirst(e) => {
                 e.reads_load()
             }
-            Expr::Ratio { a, b, .. } => a.reads_load() || b.reads_load(),
+            Expr::Ratio { a, b, .. } | Expr::Minus(a, b) => a.reads_load() || b.reads_load(),
             _ => false,
         }
     }
@@ -275,7 +280,7 @@ impl Frame<'_> {
                 let t = w.ticks?;
                 s.quantile(t.base, t.last, service, metric, q)
             }
-            Expr::Sent | Expr::Good if self.load.is_empty() => self.raw(
+            Expr::Sent | Expr::Good | Expr::Answered200 if self.load.is_empty() => self.raw(
                 if matches!(e, Expr::Sent) {
                     &crate::quantities::GW_REQUESTS
                 } else {
@@ -283,7 +288,7 @@ impl Frame<'_> {
                 },
                 w,
             ),
-            Expr::Sent | Expr::Good => {
+            Expr::Sent | Expr::Good | Expr::Answered200 => {
                 let n: u64 = self
                     .load
                     .iter()
@@ -291,16 +296,15 @@ impl Frame<'_> {
                         let t = x.second as f64;
                         t >= w.load.0 && t < w.load.1
                     })
-                    .map(|x| {
-                        if matches!(e, Expr::Sent) {
-                            x.sent
-                        } else {
-                            x.good
-                        }
+                    .map(|x| match e {
+                        Expr::Sent => x.sent,
+                        Expr::Good => x.good,
+                        _ => x.ok,
                     })
                     .sum();
                 Some(n as f64)
             }
+            Expr::Minus(a, b) => Some(self.raw(a, w)? - self.raw(b, w)?),
             Expr::PerSecond(e) => {
                 let v = self.raw(e, w)?;
                 (w.seconds > 0.0).then(|| v / w.seconds)

@@ -75,24 +75,17 @@ pub fn read(dir: &Path) -> anyhow::Result<(Value, Vec<Recorded>)> {
 
 impl Recorded {
     /// Every phase's rows recomputed from the series and the load, against what the run
-    /// recorded: one line per row that differs (beyond the order of a floating-point sum),
-    /// missing or is new. Empty: the table is what its own data says.
+    /// recorded: one line per recorded row that differs (beyond the order of a floating-point
+    /// sum) or is no longer computed. A row the run did not record (the code has grown one since)
+    /// is not a difference. Empty: the table is what its own data says.
     pub fn differences(&self) -> Vec<String> {
         let mut again = self.phases.clone();
         summary::summarize_phases(&self.run.frame().series, &self.run.load, &mut again);
         let mut out = Vec::new();
         for (was, now) in self.phases.iter().zip(&again) {
-            let keys = was.summary.keys().chain(now.summary.keys());
-            let mut keys: Vec<&String> = keys.collect();
-            keys.sort();
-            keys.dedup();
-            for k in keys {
-                let (a, b) = (was.summary.get(k), now.summary.get(k));
-                let same = match (a, b) {
-                    (Some(a), Some(b)) => (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0),
-                    _ => false,
-                };
-                if !same {
+            for (k, a) in &was.summary {
+                let b = now.summary.get(k);
+                if !b.is_some_and(|b| (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0)) {
                     out.push(format!(
                         "{} {}/{k}: recorded {a:?}, recomputed {b:?}",
                         self.mode, was.name
