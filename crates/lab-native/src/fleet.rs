@@ -122,14 +122,67 @@ fn absolute(path: &Path) -> PathBuf {
     }
 }
 
+/// The processes of a lab of `args`' shape: every replica's binary, ports and environment, and
+/// the trace receiver the supervisor runs. Refuses a bad shape, `--trace-sample` or `--env`, and
+/// a bad policy, before anything starts.
 pub fn plan(args: &UpArgs, database_url: &str, state_dir: &Path) -> anyhow::Result<Plan> {
-    let bin_dir = match &args.bin_dir {
+    let bin_dir = bin_dir(args)?;
+    check_args(args)?;
+    // A policy is refused before anything starts, with the orchestrator's own words.
+    let policy = load_policy(args)?;
+    let traces = traces_plan(args);
+    let shared = SharedEnv {
+        traces: traces.as_ref(),
+        trace_sample: args.trace_sample,
+    };
+    let dbs = ServiceDbs::of(args, database_url)?;
+    let entity_ports: Vec<u16> = (0..args.entity_services)
+        .map(|i| args.entity_port + i)
+        .collect();
+    let orch_ports: Vec<u16> = (0..args.orchestrators)
+        .map(|i| args.orchestrator_port + i)
+        .collect();
+    let mut procs = entity_services(&entity_ports, &dbs.entity, &shared);
+    let kafka = lab_kafka::bootstrap_servers(&args.kafka);
+    procs.extend(orchestrators(
+        &orch_ports,
+        &entity_ports,
+        kafka.as_deref(),
+        policy.as_ref(),
+        &shared,
+    ));
+    procs.extend(gateways(
+        args,
+        &orch_ports,
+        &dbs.gateway,
+        state_dir,
+        &shared,
+    ));
+    if let Some(k) = &kafka {
+        procs.extend(enrichment_workers(args, k, &dbs.enrichment, &shared));
+    }
+    apply_env_overrides(&mut procs, &args.env)?;
+    Ok(Plan {
+        bin_dir,
+        state_dir: state_dir.to_path_buf(),
+        procs,
+        traces,
+    })
+}
+
+/// Where the service binaries are: `--bin-dir`, else labctl's own directory.
+fn bin_dir(args: &UpArgs) -> anyhow::Result<PathBuf> {
+    Ok(match &args.bin_dir {
         Some(d) => d.clone(),
         None => std::env::current_exe()?
             .parent()
             .context("labctl has no parent directory")?
             .to_path_buf(),
-    };
+    })
+}
+
+/// Refuse a tier without replicas and a `--trace-sample` outside 0..=1.
+fn check_args(args: &UpArgs) -> anyhow::Result<()> {
     anyhow::ensure!(
         args.gateways >= 1 && args.orchestrators >= 1 && args.entity_services >= 1,
         "every tier needs at least one replica"
@@ -139,31 +192,48 @@ pub fn plan(args: &UpArgs, database_url: &str, state_dir: &Path) -> anyhow::Resu
         "--trace-sample is a share of requests, 0 to 1 (got {})",
         args.trace_sample
     );
-    // A policy is refused before anything starts, with the orchestrator's own words.
-    let policy = match &args.policy {
-        Some(p) => {
-            let pol = crate::policy::load(p)?;
-            println!("policy {}: {}", pol.name, pol.summary);
-            Some(pol)
-        }
-        None => None,
+    Ok(())
+}
+
+/// Load and validate `--policy`, if any, and say which policy the orchestrators will run.
+fn load_policy(args: &UpArgs) -> anyhow::Result<Option<crate::policy::Policy>> {
+    let Some(p) = &args.policy else {
+        return Ok(None);
     };
+    let pol = crate::policy::load(p)?;
+    println!("policy {}: {}", pol.name, pol.summary);
+    Ok(Some(pol))
+}
+
+/// The lab's own trace receiver: none when the user's OTEL_EXPORTER_OTLP_ENDPOINT names a
+/// collector, or when nothing is sampled.
+fn traces_plan(args: &UpArgs) -> Option<supervise::TracesPlan> {
     let user_collector = std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT")
         .ok()
         .filter(|v| !v.trim().is_empty());
-    let traces =
-        (user_collector.is_none() && args.trace_sample > 0.0).then_some(supervise::TracesPlan {
-            otlp_port: args.otlp_port,
-            api_port: args.traces_port,
-            capacity: TRACE_CAPACITY,
-        });
-    let passthrough = |env: &mut BTreeMap<String, String>| {
+    (user_collector.is_none() && args.trace_sample > 0.0).then_some(supervise::TracesPlan {
+        otlp_port: args.otlp_port,
+        api_port: args.traces_port,
+        capacity: TRACE_CAPACITY,
+    })
+}
+
+/// What every replica's environment ends with, whatever its service: labctl's own logging and
+/// exporter settings, and the exporter's route to the lab's receiver when it runs one.
+struct SharedEnv<'a> {
+    traces: Option<&'a supervise::TracesPlan>,
+    trace_sample: f64,
+}
+
+impl SharedEnv<'_> {
+    /// Add the passed-through variables and the trace exporter's settings to `env`.
+    fn apply(&self, env: &mut BTreeMap<String, String>) {
         for k in ["RUST_LOG", "OTEL_EXPORTER_OTLP_ENDPOINT"] {
             if let Ok(v) = std::env::var(k) {
                 env.insert(k.to_string(), v);
             }
         }
-        if let Some(t) = &traces {
+        if let Some(t) = self.traces {
             env.insert(
                 "OTEL_EXPORTER_OTLP_ENDPOINT".into(),
                 format!("http://127.0.0.1:{}", t.otlp_port),
@@ -174,103 +244,130 @@ pub fn plan(args: &UpArgs, database_url: &str, state_dir: &Path) -> anyhow::Resu
             );
             env.insert(
                 "OTEL_TRACES_SAMPLER_ARG".into(),
-                args.trace_sample.to_string(),
+                self.trace_sample.to_string(),
             );
             // A second rather than the SDK's 5 s: `labctl trace` shows a request soon after it
             // ended, and a batch stays small.
             env.insert("OTEL_BSP_SCHEDULE_DELAY".into(), "1000".into());
         }
-    };
-    let db_as = |role: &str| -> anyhow::Result<String> {
-        if args.no_service_roles {
-            Ok(database_url.to_string())
-        } else {
-            lab_db::role_url(database_url, role, None)
-        }
-    };
-    let (gateway_db, entity_db, enrichment_db) = (
-        db_as(lab_db::GATEWAY_ROLE)?,
-        db_as(lab_db::ENTITY_SERVICE_ROLE)?,
-        db_as(lab_db::ENRICHMENT_ROLE)?,
-    );
-    let mut procs = Vec::new();
-    let entity_ports: Vec<u16> = (0..args.entity_services)
-        .map(|i| args.entity_port + i)
-        .collect();
-    let orch_ports: Vec<u16> = (0..args.orchestrators)
-        .map(|i| args.orchestrator_port + i)
-        .collect();
-    for (i, port) in entity_ports.iter().enumerate() {
-        let mut env = BTreeMap::new();
-        env.insert("LAB_HTTP__PORT".into(), port.to_string());
-        env.insert(
-            "LAB_ADMIN__PORT".into(),
-            supervise::admin_port(*port).to_string(),
-        );
-        env.insert("LAB_DATABASE__URL".into(), entity_db.clone());
-        passthrough(&mut env);
-        procs.push(ProcSpec {
-            name: format!("entity-service-{}", i + 1),
-            binary: "entity-service".into(),
-            port: *port,
-            admin_port: supervise::admin_port(*port),
-            env,
-        });
     }
-    let entity_urls = entity_ports
-        .iter()
-        .map(|p| url(*p))
-        .collect::<Vec<_>>()
-        .join(",");
-    let kafka = lab_kafka::bootstrap_servers(&args.kafka);
-    for (i, port) in orch_ports.iter().enumerate() {
-        let mut env = BTreeMap::new();
-        env.insert("LAB_HTTP__PORT".into(), port.to_string());
-        env.insert(
-            "LAB_ADMIN__PORT".into(),
-            supervise::admin_port(*port).to_string(),
-        );
-        env.insert("LAB_ENTITY__URLS".into(), entity_urls.clone());
-        if let Some(k) = &kafka {
-            env.insert("LAB_KAFKA__BROKERS".into(), k.clone());
-            // One event per batch: tansu's high watermark is wrong after a batched produce, which
-            // would falsify the enrichment lag (crates/lab-kafka/src/lag.rs).
-            env.insert("LAB_KAFKA__BATCH_MAX_EVENTS".into(), "1".into());
-        }
-        if let Some(p) = &policy {
-            env.insert(
-                "LAB_CONFIG_FILE".into(),
-                p.path.to_string_lossy().into_owned(),
-            );
-        }
-        passthrough(&mut env);
-        procs.push(ProcSpec {
-            name: format!("orchestrator-{}", i + 1),
-            binary: "orchestrator".into(),
-            port: *port,
-            admin_port: supervise::admin_port(*port),
-            env,
-        });
-    }
-    let orch_urls = orch_ports
-        .iter()
-        .map(|p| url(*p))
-        .collect::<Vec<_>>()
-        .join(",");
-    let orch_admins = orch_ports
-        .iter()
-        .map(|p| url(supervise::admin_port(*p)))
-        .collect::<Vec<_>>()
-        .join(",");
-    for i in 0..args.gateways {
-        let port = args.gateway_port + i;
+
+    /// Replica `i` (from 0) of `binary` on `port`: its two ports, `service_env`, then the shared
+    /// environment.
+    fn replica(
+        &self,
+        binary: &str,
+        i: usize,
+        port: u16,
+        service_env: BTreeMap<String, String>,
+    ) -> ProcSpec {
         let mut env = BTreeMap::new();
         env.insert("LAB_HTTP__PORT".into(), port.to_string());
         env.insert(
             "LAB_ADMIN__PORT".into(),
             supervise::admin_port(port).to_string(),
         );
-        env.insert("LAB_DATABASE__URL".into(), gateway_db.clone());
+        env.extend(service_env);
+        self.apply(&mut env);
+        ProcSpec {
+            name: format!("{binary}-{}", i + 1),
+            binary: binary.into(),
+            port,
+            admin_port: supervise::admin_port(port),
+            env,
+        }
+    }
+}
+
+/// The database URLs the services connect with: each its own least-privilege role, or the
+/// owner's URL with `--no-service-roles`.
+struct ServiceDbs {
+    gateway: String,
+    entity: String,
+    enrichment: String,
+}
+
+impl ServiceDbs {
+    /// Every service's URL, derived from the owner's `database_url`.
+    fn of(args: &UpArgs, database_url: &str) -> anyhow::Result<Self> {
+        let db_as = |role: &str| -> anyhow::Result<String> {
+            if args.no_service_roles {
+                Ok(database_url.to_string())
+            } else {
+                lab_db::role_url(database_url, role, None)
+            }
+        };
+        Ok(ServiceDbs {
+            gateway: db_as(lab_db::GATEWAY_ROLE)?,
+            entity: db_as(lab_db::ENTITY_SERVICE_ROLE)?,
+            enrichment: db_as(lab_db::ENRICHMENT_ROLE)?,
+        })
+    }
+}
+
+/// `http://127.0.0.1:<port>` of every port, comma-separated.
+fn url_list(ports: impl IntoIterator<Item = u16>) -> String {
+    ports.into_iter().map(url).collect::<Vec<_>>().join(",")
+}
+
+/// The entity-service replicas, one per port, on the database as `db`.
+fn entity_services(ports: &[u16], db: &str, shared: &SharedEnv) -> Vec<ProcSpec> {
+    ports
+        .iter()
+        .enumerate()
+        .map(|(i, port)| {
+            let env = BTreeMap::from([("LAB_DATABASE__URL".to_string(), db.to_string())]);
+            shared.replica("entity-service", i, *port, env)
+        })
+        .collect()
+}
+
+/// The orchestrator replicas, one per port: every entity-service replica as their callee, the
+/// brokers they publish doc.ingested to, and the retry policy they load.
+fn orchestrators(
+    ports: &[u16],
+    entity_ports: &[u16],
+    kafka: Option<&str>,
+    policy: Option<&crate::policy::Policy>,
+    shared: &SharedEnv,
+) -> Vec<ProcSpec> {
+    let entity_urls = url_list(entity_ports.iter().copied());
+    let mut procs = Vec::new();
+    for (i, port) in ports.iter().enumerate() {
+        let mut env = BTreeMap::new();
+        env.insert("LAB_ENTITY__URLS".into(), entity_urls.clone());
+        if let Some(k) = kafka {
+            env.insert("LAB_KAFKA__BROKERS".into(), k.to_string());
+            // One event per batch: tansu's high watermark is wrong after a batched produce, which
+            // would falsify the enrichment lag (crates/lab-kafka/src/lag.rs).
+            env.insert("LAB_KAFKA__BATCH_MAX_EVENTS".into(), "1".into());
+        }
+        if let Some(p) = policy {
+            env.insert(
+                "LAB_CONFIG_FILE".into(),
+                p.path.to_string_lossy().into_owned(),
+            );
+        }
+        procs.push(shared.replica("orchestrator", i, *port, env));
+    }
+    procs
+}
+
+/// The gateway replicas from `--gateway-port` on, on the database as `db`, spreading over the
+/// orchestrators on `orch_ports` and those the supervisor's endpoints file adds later.
+fn gateways(
+    args: &UpArgs,
+    orch_ports: &[u16],
+    db: &str,
+    state_dir: &Path,
+    shared: &SharedEnv,
+) -> Vec<ProcSpec> {
+    let orch_urls = url_list(orch_ports.iter().copied());
+    let orch_admins = url_list(orch_ports.iter().map(|p| supervise::admin_port(*p)));
+    let mut procs = Vec::new();
+    for i in 0..args.gateways {
+        let mut env = BTreeMap::new();
+        env.insert("LAB_DATABASE__URL".into(), db.to_string());
         env.insert("LAB_UPSTREAM__ORCHESTRATORS".into(), orch_urls.clone());
         env.insert(
             "LAB_UPSTREAM__ORCHESTRATORS_ADMIN".into(),
@@ -284,54 +381,86 @@ pub fn plan(args: &UpArgs, database_url: &str, state_dir: &Path) -> anyhow::Resu
                 .display()
                 .to_string(),
         );
-        passthrough(&mut env);
-        procs.push(ProcSpec {
-            name: format!("edge-gateway-{}", i + 1),
-            binary: "edge-gateway".into(),
-            port,
-            admin_port: supervise::admin_port(port),
-            env,
-        });
+        let port = args.gateway_port + i;
+        procs.push(shared.replica("edge-gateway", i.into(), port, env));
     }
-    if let Some(k) = &kafka {
-        for i in 0..args.enrichment_workers {
-            let port = args.enrichment_port + i;
+    procs
+}
+
+/// The enrichment workers from `--enrichment-port` on, consuming from the brokers `kafka` (in
+/// `--enrichment-group`, when named) on the database as `db`.
+fn enrichment_workers(args: &UpArgs, kafka: &str, db: &str, shared: &SharedEnv) -> Vec<ProcSpec> {
+    (0..args.enrichment_workers)
+        .map(|i| {
             let mut env = BTreeMap::new();
-            env.insert("LAB_HTTP__PORT".into(), port.to_string());
-            env.insert(
-                "LAB_ADMIN__PORT".into(),
-                supervise::admin_port(port).to_string(),
-            );
-            env.insert("LAB_DATABASE__URL".into(), enrichment_db.clone());
-            env.insert("LAB_KAFKA__BROKERS".into(), k.clone());
+            env.insert("LAB_DATABASE__URL".into(), db.to_string());
+            env.insert("LAB_KAFKA__BROKERS".into(), kafka.to_string());
             if let Some(g) = &args.enrichment_group {
                 env.insert("LAB_KAFKA__GROUP_ID".into(), g.clone());
             }
-            passthrough(&mut env);
-            procs.push(ProcSpec {
-                name: format!("enrichment-{}", i + 1),
-                binary: "enrichment".into(),
-                port,
-                admin_port: supervise::admin_port(port),
-                env,
-            });
-        }
-    }
-    for o in &args.env {
+            shared.replica("enrichment", i.into(), args.enrichment_port + i, env)
+        })
+        .collect()
+}
+
+/// Apply every `--env SERVICE:KEY=VALUE` to that service's replicas, after labctl's own
+/// settings so the override wins.
+fn apply_env_overrides(procs: &mut [ProcSpec], overrides: &[String]) -> anyhow::Result<()> {
+    for o in overrides {
         let (svc, k, v) = parse_env_override(o)?;
         for p in procs.iter_mut().filter(|p| p.binary == svc) {
             p.env.insert(k.clone(), v.clone());
         }
     }
-    Ok(Plan {
-        bin_dir,
-        state_dir: state_dir.to_path_buf(),
-        procs,
-        traces,
-    })
+    Ok(())
 }
 
+/// `labctl up`: check that the lab can start, prepare the database and Kafka, start the
+/// supervisor and wait until every replica (and the enrichment group) is ready.
 pub async fn up(args: &UpArgs, database_url: &str, state_dir: &Path) -> anyhow::Result<()> {
+    refuse_if_up(state_dir)?;
+    let (args, fresh_group) = with_enrichment_group(args)?;
+    let args = &args;
+    // The services' roles come with the migrations: a database prepared by an older checkout
+    // gets them here, before any service connects as one.
+    lab_db::migrate(database_url).await?;
+    let plan = plan(args, database_url, state_dir)?;
+    preflight(&plan)?;
+    lab_db::prepare(database_url).await?;
+    if let Some(k) = lab_kafka::bootstrap_servers(&args.kafka) {
+        let new_group = args.enrichment_group.as_deref().filter(|_| fresh_group);
+        prepare_kafka(&k, new_group).await?;
+    }
+    let pid = supervise::spawn_supervisor(&plan)?;
+    println!(
+        "supervisor started (pid {pid}); logs in {}",
+        state_dir.join("logs").display()
+    );
+
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(1))
+        .build()?;
+    let deadline = Instant::now() + Duration::from_secs(args.wait_seconds);
+    wait_ready(&client, &plan, pid, deadline, args.wait_seconds, state_dir).await?;
+    let workers: Vec<u16> = plan
+        .procs
+        .iter()
+        .filter(|p| p.binary == "enrichment")
+        .map(|p| p.admin_port)
+        .collect();
+    if !workers.is_empty() {
+        wait_enrichment_group(&client, &workers, deadline, args.wait_seconds, state_dir).await?;
+        println!(
+            "enrichment group formed: {} partitions over {} workers",
+            lab_api::events::DOC_INGESTED_PARTITIONS,
+            workers.len()
+        );
+    }
+    print_lab(args, &plan, state_dir)
+}
+
+/// Refuse to start a second lab while this state directory's supervisor still runs.
+fn refuse_if_up(state_dir: &Path) -> anyhow::Result<()> {
     if let Some(state) = supervise::read_state(state_dir)? {
         if supervise::process_alive(state.supervisor_pid) {
             bail!(
@@ -340,6 +469,13 @@ pub async fn up(args: &UpArgs, database_url: &str, state_dir: &Path) -> anyhow::
             );
         }
     }
+    Ok(())
+}
+
+/// `args` with the enrichment consumer group filled in: a new group per run
+/// (`enrichment-workers-<unix seconds>`, see `--enrichment-group`) unless one is named; and
+/// whether it is such a new group.
+fn with_enrichment_group(args: &UpArgs) -> anyhow::Result<(UpArgs, bool)> {
     let mut args = args.clone();
     let fresh_group = args.enrichment_group.is_none();
     if fresh_group {
@@ -350,11 +486,12 @@ pub async fn up(args: &UpArgs, database_url: &str, state_dir: &Path) -> anyhow::
             now.as_secs()
         ));
     }
-    let args = &args;
-    // The services' roles come with the migrations: a database prepared by an older checkout
-    // gets them here, before any service connects as one.
-    lab_db::migrate(database_url).await?;
-    let plan = plan(args, database_url, state_dir)?;
+    Ok((args, fresh_group))
+}
+
+/// Refuse to start when a service binary is missing or a port the plan needs (a replica's, or
+/// the trace receiver's) is in use.
+fn preflight(plan: &Plan) -> anyhow::Result<()> {
     for p in &plan.procs {
         let bin = plan.bin_dir.join(&p.binary);
         anyhow::ensure!(
@@ -381,59 +518,65 @@ pub async fn up(args: &UpArgs, database_url: &str, state_dir: &Path) -> anyhow::
             })?;
         }
     }
-    lab_db::prepare(database_url).await?;
-    if let Some(k) = lab_kafka::bootstrap_servers(&args.kafka) {
-        use lab_api::events::{DOC_INGESTED_PARTITIONS, DOC_INGESTED_TOPIC};
-        let ensured = lab_kafka::topic::ensure(
-            &k,
-            DOC_INGESTED_TOPIC,
-            DOC_INGESTED_PARTITIONS,
-            1,
-            Duration::from_secs(10),
-        )
-        .await
-        .with_context(|| {
-            format!("Kafka at {k} (scripts/deps.sh starts one; --kafka '' runs the lab without)")
-        })?;
-        println!("kafka: {DOC_INGESTED_TOPIC} x{DOC_INGESTED_PARTITIONS} on {k} ({ensured:?})");
-        if let (true, Some(group)) = (fresh_group, args.enrichment_group.clone()) {
-            let (k2, g2) = (k.clone(), group.clone());
-            tokio::task::spawn_blocking(move || {
-                lab_kafka::lag::start_group_at_log_end(
-                    &k2,
-                    &g2,
-                    DOC_INGESTED_TOPIC,
-                    Duration::from_secs(10),
-                )
-            })
-            .await??;
-            println!("kafka: consumer group {group} starts at the log end");
-        }
-    }
-    let pid = supervise::spawn_supervisor(&plan)?;
-    println!(
-        "supervisor started (pid {pid}); logs in {}",
-        state_dir.join("logs").display()
-    );
+    Ok(())
+}
 
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(1))
-        .build()?;
-    let deadline = Instant::now() + Duration::from_secs(args.wait_seconds);
+/// Make sure doc.ingested exists on the brokers `k`; a `new_group` (one made for this run)
+/// starts at the topic's log end.
+async fn prepare_kafka(k: &str, new_group: Option<&str>) -> anyhow::Result<()> {
+    use lab_api::events::{DOC_INGESTED_PARTITIONS, DOC_INGESTED_TOPIC};
+    let ensured = lab_kafka::topic::ensure(
+        k,
+        DOC_INGESTED_TOPIC,
+        DOC_INGESTED_PARTITIONS,
+        1,
+        Duration::from_secs(10),
+    )
+    .await
+    .with_context(|| {
+        format!("Kafka at {k} (scripts/deps.sh starts one; --kafka '' runs the lab without)")
+    })?;
+    println!("kafka: {DOC_INGESTED_TOPIC} x{DOC_INGESTED_PARTITIONS} on {k} ({ensured:?})");
+    if let Some(group) = new_group {
+        let (k2, g2) = (k.to_string(), group.to_string());
+        tokio::task::spawn_blocking(move || {
+            lab_kafka::lag::start_group_at_log_end(
+                &k2,
+                &g2,
+                DOC_INGESTED_TOPIC,
+                Duration::from_secs(10),
+            )
+        })
+        .await??;
+        println!("kafka: consumer group {group} starts at the log end");
+    }
+    Ok(())
+}
+
+/// Poll every replica's /readyz until all pass; fails when the supervisor (`pid`) exits or the
+/// `deadline` passes first.
+async fn wait_ready(
+    client: &reqwest::Client,
+    plan: &Plan,
+    pid: u32,
+    deadline: Instant,
+    wait_seconds: u64,
+    state_dir: &Path,
+) -> anyhow::Result<()> {
+    let logs = state_dir.join("logs");
     let mut pending: Vec<&ProcSpec> = plan.procs.iter().collect();
     while !pending.is_empty() {
         if !supervise::process_alive(pid) {
             bail!(
                 "the supervisor exited; see {}",
-                state_dir.join("logs").join("supervisor.log").display()
+                logs.join("supervisor.log").display()
             );
         }
         if Instant::now() >= deadline {
             let names: Vec<_> = pending.iter().map(|p| p.name.as_str()).collect();
             bail!(
-                "not ready after {} s: {names:?}; see the logs in {}",
-                args.wait_seconds,
-                state_dir.join("logs").display()
+                "not ready after {wait_seconds} s: {names:?}; see the logs in {}",
+                logs.display()
             );
         }
         let mut still = Vec::new();
@@ -450,20 +593,11 @@ pub async fn up(args: &UpArgs, database_url: &str, state_dir: &Path) -> anyhow::
         pending = still;
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let workers: Vec<u16> = plan
-        .procs
-        .iter()
-        .filter(|p| p.binary == "enrichment")
-        .map(|p| p.admin_port)
-        .collect();
-    if !workers.is_empty() {
-        wait_enrichment_group(&client, &workers, deadline, args.wait_seconds, state_dir).await?;
-        println!(
-            "enrichment group formed: {} partitions over {} workers",
-            lab_api::events::DOC_INGESTED_PARTITIONS,
-            workers.len()
-        );
-    }
+    Ok(())
+}
+
+/// Print what is up: every replica's URLs, the public API, and where the traces go.
+fn print_lab(args: &UpArgs, plan: &Plan, state_dir: &Path) -> anyhow::Result<()> {
     println!("lab is up:");
     for p in &plan.procs {
         println!(

@@ -260,22 +260,7 @@ const STABLE_AFTER: Duration = Duration::from_secs(30);
 
 /// The supervisor's main loop (runs until SIGTERM/SIGINT).
 pub async fn supervise(plan_path: &Path) -> anyhow::Result<()> {
-    let plan: Plan = serde_json::from_slice(&fs::read(plan_path)?).context("reading the plan")?;
-    let mut procs: Vec<Running> = plan.procs.iter().cloned().map(Running::new).collect();
-    let mut memory_limits: BTreeMap<String, u64> = BTreeMap::new();
-    let control = control_dir(&plan.state_dir);
-    fs::create_dir_all(&control)?;
-    // Commands left from a previous supervisor are not ours.
-    for e in fs::read_dir(&control)?.flatten() {
-        let _ = fs::remove_file(e.path());
-    }
-    write_endpoints(&plan.state_dir, &procs)?;
-    crate::cgroup::remove_stale();
-    let traces_api = match &plan.traces {
-        Some(t) => start_traces(t).await,
-        None => None,
-    };
-    let mut started_at: BTreeMap<String, Instant> = BTreeMap::new();
+    let mut sup = Supervisor::new(plan_path).await?;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut tick = tokio::time::interval(Duration::from_millis(200));
     log(
@@ -288,112 +273,112 @@ pub async fn supervise(plan_path: &Path) -> anyhow::Result<()> {
             _ = tokio::signal::ctrl_c() => break,
             _ = tick.tick() => {}
         }
-        let mut changed = apply_commands(&plan, &control, &mut procs, &mut memory_limits)?;
-        for p in procs.iter_mut() {
-            if let Some(child) = p.child.as_mut() {
-                if let Some(status) = child.try_wait()? {
-                    let up = started_at
-                        .get(&p.spec.name)
-                        .map(|t| t.elapsed())
-                        .unwrap_or_default();
-                    p.child = None;
-                    let oom = p.cgroup.as_ref().is_some_and(|g| g.take_oom_kill());
-                    let exit = if oom {
-                        p.oom_kills += 1;
-                        format!("OOMKilled ({})", describe(status))
-                    } else {
-                        describe(status)
-                    };
-                    p.last_exit = Some(exit.clone());
-                    match p.stopping.take() {
-                        Some(Stopping::Restart) => {
-                            p.rollouts += 1;
-                            p.restart_at = Some(Instant::now());
-                            log(
-                                "replica stopped for a rollout; starting the new one",
-                                &[("replica", p.spec.name.clone()), ("exit", exit)],
-                            );
-                        }
-                        Some(Stopping::Remove) => {
-                            p.restart_at = None;
-                            if let Some(g) = p.cgroup.take() {
-                                g.remove();
-                            }
-                            log(
-                                "replica removed",
-                                &[("replica", p.spec.name.clone()), ("exit", exit)],
-                            );
-                        }
-                        None => {
-                            if up >= STABLE_AFTER {
-                                p.backoff = FIRST_BACKOFF;
-                            }
-                            p.restarts += 1;
-                            p.restart_at = Some(Instant::now() + p.backoff);
-                            log(
-                                "replica exited; restarting",
-                                &[
-                                    ("replica", p.spec.name.clone()),
-                                    ("exit", exit),
-                                    ("restarts", p.restarts.to_string()),
-                                    ("restart_in_ms", p.backoff.as_millis().to_string()),
-                                ],
-                            );
-                            p.backoff = (p.backoff * 2).min(MAX_BACKOFF);
-                        }
-                    }
-                    changed = true;
-                }
-            }
-            if p.child.is_none() && p.restart_at.is_some_and(|t| Instant::now() >= t) {
-                match start(&plan, &p.spec) {
-                    Ok(child) => {
-                        log(
-                            "replica started",
-                            &[
-                                ("replica", p.spec.name.clone()),
-                                ("pid", child.id().to_string()),
-                            ],
-                        );
-                        if let Some(limit) = memory_limits.get(&p.spec.binary) {
-                            p.cgroup = limit_memory(&p.spec.name, child.id(), *limit);
-                        }
-                        started_at.insert(p.spec.name.clone(), Instant::now());
-                        p.child = Some(child);
-                        p.restart_at = None;
-                    }
-                    Err(e) => {
-                        log(
-                            "replica failed to start",
-                            &[
-                                ("replica", p.spec.name.clone()),
-                                ("error", format!("{e:#}")),
-                            ],
-                        );
-                        p.restart_at = Some(Instant::now() + p.backoff);
-                        p.backoff = (p.backoff * 2).min(MAX_BACKOFF);
-                    }
-                }
-                changed = true;
-            }
+        sup.tick()?;
+    }
+    sup.shutdown().await
+}
+
+/// What the supervisor's loop works on, from one tick to the next.
+struct Supervisor {
+    plan: Plan,
+    control: PathBuf,
+    procs: Vec<Running>,
+    /// Memory limits per binary (`labctl limits`), applied to replicas started later too.
+    memory_limits: BTreeMap<String, u64>,
+    /// When each replica's current process started (a crash after a stable run resets backoff).
+    started_at: BTreeMap<String, Instant>,
+    traces_api: Option<String>,
+}
+
+impl Supervisor {
+    /// Read the plan, clear stale commands and cgroups, write the endpoints files and start the
+    /// trace receiver; no replica is started yet (the first tick does).
+    async fn new(plan_path: &Path) -> anyhow::Result<Self> {
+        let plan: Plan =
+            serde_json::from_slice(&fs::read(plan_path)?).context("reading the plan")?;
+        let procs: Vec<Running> = plan.procs.iter().cloned().map(Running::new).collect();
+        let control = control_dir(&plan.state_dir);
+        fs::create_dir_all(&control)?;
+        // Commands left from a previous supervisor are not ours.
+        for e in fs::read_dir(&control)?.flatten() {
+            let _ = fs::remove_file(e.path());
         }
-        // Removed replicas that have exited leave the plan.
-        let before = procs.len();
-        procs.retain(|p| !(p.child.is_none() && p.restart_at.is_none() && p.stopping.is_none()));
-        if procs.len() != before {
-            write_endpoints(&plan.state_dir, &procs)?;
-            changed = true;
-        }
-        if changed {
-            write_state(&plan.state_dir, &snapshot(&procs, traces_api.clone()))?;
-        }
+        write_endpoints(&plan.state_dir, &procs)?;
+        crate::cgroup::remove_stale();
+        let traces_api = match &plan.traces {
+            Some(t) => start_traces(t).await,
+            None => None,
+        };
+        Ok(Supervisor {
+            plan,
+            control,
+            procs,
+            memory_limits: BTreeMap::new(),
+            started_at: BTreeMap::new(),
+            traces_api,
+        })
     }
 
-    // Kafka consumers first, one at a time. tansu (the native lab's broker) wedges a consumer
-    // group for good when two members leave at once: afterwards no consumer can join it until
-    // the broker restarts (measured with two librdkafka clients closing together: a third waited
-    // 30 s and got nothing; closed 4 s apart, it was assigned every partition in 3.2 s). Apache
-    // Kafka has no such problem; the order costs `labctl down` a few seconds.
+    /// One tick: execute the control commands, reap every exited replica and start those due,
+    /// drop the removed ones; rewrite the state file if anything changed.
+    fn tick(&mut self) -> anyhow::Result<()> {
+        let mut changed = apply_commands(
+            &self.plan,
+            &self.control,
+            &mut self.procs,
+            &mut self.memory_limits,
+        )?;
+        for p in self.procs.iter_mut() {
+            changed |= p.reap(&self.started_at)?;
+            changed |= p.start_if_due(&self.plan, &self.memory_limits, &mut self.started_at);
+        }
+        changed |= self.drop_removed()?;
+        if changed {
+            write_state(
+                &self.plan.state_dir,
+                &snapshot(&self.procs, self.traces_api.clone()),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Removed replicas that have exited leave the plan (and the endpoints files); `true` when
+    /// any did.
+    fn drop_removed(&mut self) -> anyhow::Result<bool> {
+        let before = self.procs.len();
+        self.procs
+            .retain(|p| !(p.child.is_none() && p.restart_at.is_none() && p.stopping.is_none()));
+        if self.procs.len() == before {
+            return Ok(false);
+        }
+        write_endpoints(&self.plan.state_dir, &self.procs)?;
+        Ok(true)
+    }
+
+    /// Stop every replica (the Kafka consumers first, one at a time), remove their cgroups and
+    /// the state file.
+    async fn shutdown(mut self) -> anyhow::Result<()> {
+        stop_consumers(&mut self.procs).await?;
+        stop_replicas(&mut self.procs).await?;
+        for p in &self.procs {
+            if let Some(g) = &p.cgroup {
+                g.remove();
+            }
+        }
+        let _ = fs::remove_file(state_file(&self.plan.state_dir));
+        log("supervisor stopped", &[]);
+        Ok(())
+    }
+}
+
+/// Stop the Kafka consumers (the enrichment workers) one at a time, 4 s apart.
+///
+/// Kafka consumers go first, one at a time: tansu (the native lab's broker) wedges a consumer
+/// group for good when two members leave at once: afterwards no consumer can join it until
+/// the broker restarts (measured with two librdkafka clients closing together: a third waited
+/// 30 s and got nothing; closed 4 s apart, it was assigned every partition in 3.2 s). Apache
+/// Kafka has no such problem; the order costs `labctl down` a few seconds.
+async fn stop_consumers(procs: &mut [Running]) -> anyhow::Result<()> {
     let mut first = true;
     for p in procs.iter_mut().filter(|p| p.spec.binary == "enrichment") {
         let Some(c) = p.child.as_mut() else { continue };
@@ -408,20 +393,20 @@ pub async fn supervise(plan_path: &Path) -> anyhow::Result<()> {
         );
         signal(c.id(), libc::SIGTERM);
         let deadline = Instant::now() + Duration::from_secs(15);
-        while c.try_wait()?.is_none() {
-            if Instant::now() >= deadline {
-                log(
-                    "consumer did not stop in time; SIGKILL",
-                    &[("replica", p.spec.name.clone())],
-                );
-                let _ = c.kill();
-                let _ = c.wait();
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        wait_or_kill(
+            c,
+            &p.spec.name,
+            deadline,
+            "consumer did not stop in time; SIGKILL",
+        )
+        .await?;
     }
+    Ok(())
+}
 
+/// SIGTERM every replica still running, then wait for them all, SIGKILLing those still up
+/// after 15 s.
+async fn stop_replicas(procs: &mut [Running]) -> anyhow::Result<()> {
     log("stopping replicas (SIGTERM)", &[]);
     for p in procs.iter() {
         if let Some(c) = &p.child {
@@ -432,27 +417,34 @@ pub async fn supervise(plan_path: &Path) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(15);
     for p in procs.iter_mut() {
         if let Some(c) = p.child.as_mut() {
-            while c.try_wait()?.is_none() {
-                if Instant::now() >= deadline {
-                    log(
-                        "replica did not stop in time; SIGKILL",
-                        &[("replica", p.spec.name.clone())],
-                    );
-                    let _ = c.kill();
-                    let _ = c.wait();
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
+            wait_or_kill(
+                c,
+                &p.spec.name,
+                deadline,
+                "replica did not stop in time; SIGKILL",
+            )
+            .await?;
         }
     }
-    for p in &procs {
-        if let Some(g) = &p.cgroup {
-            g.remove();
+    Ok(())
+}
+
+/// Wait until `child` exits; at `deadline`, log `msg` and SIGKILL it.
+async fn wait_or_kill(
+    child: &mut Child,
+    name: &str,
+    deadline: Instant,
+    msg: &str,
+) -> anyhow::Result<()> {
+    while child.try_wait()?.is_none() {
+        if Instant::now() >= deadline {
+            log(msg, &[("replica", name.to_string())]);
+            let _ = child.kill();
+            let _ = child.wait();
+            break;
         }
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let _ = fs::remove_file(state_file(&plan.state_dir));
-    log("supervisor stopped", &[]);
     Ok(())
 }
 
@@ -470,6 +462,125 @@ impl Running {
             oom_kills: 0,
             cgroup: None,
         }
+    }
+
+    /// If the process exited, record how and schedule what follows; `true` when it had exited.
+    fn reap(&mut self, started_at: &BTreeMap<String, Instant>) -> anyhow::Result<bool> {
+        let Some(child) = self.child.as_mut() else {
+            return Ok(false);
+        };
+        let Some(status) = child.try_wait()? else {
+            return Ok(false);
+        };
+        let up = started_at
+            .get(&self.spec.name)
+            .map(|t| t.elapsed())
+            .unwrap_or_default();
+        self.child = None;
+        let exit = self.exit_reason(status);
+        self.last_exit = Some(exit.clone());
+        match self.stopping.take() {
+            Some(Stopping::Restart) => self.rolled_out(exit),
+            Some(Stopping::Remove) => self.removed(exit),
+            None => self.crashed(exit, up),
+        }
+        Ok(true)
+    }
+
+    /// How the process ended, an OOM kill in its memory cgroup counted and named as such.
+    fn exit_reason(&mut self, status: std::process::ExitStatus) -> String {
+        let oom = self.cgroup.as_ref().is_some_and(|g| g.take_oom_kill());
+        if oom {
+            self.oom_kills += 1;
+            format!("OOMKilled ({})", describe(status))
+        } else {
+            describe(status)
+        }
+    }
+
+    /// A rollout's stop completed: count it and start the new process at once.
+    fn rolled_out(&mut self, exit: String) {
+        self.rollouts += 1;
+        self.restart_at = Some(Instant::now());
+        log(
+            "replica stopped for a rollout; starting the new one",
+            &[("replica", self.spec.name.clone()), ("exit", exit)],
+        );
+    }
+
+    /// A removal's stop completed: never start again, and give up the cgroup.
+    fn removed(&mut self, exit: String) {
+        self.restart_at = None;
+        if let Some(g) = self.cgroup.take() {
+            g.remove();
+        }
+        log(
+            "replica removed",
+            &[("replica", self.spec.name.clone()), ("exit", exit)],
+        );
+    }
+
+    /// The process exited on its own after `up`: restart it after the crash-loop backoff,
+    /// reset first if the run was stable.
+    fn crashed(&mut self, exit: String, up: Duration) {
+        if up >= STABLE_AFTER {
+            self.backoff = FIRST_BACKOFF;
+        }
+        self.restarts += 1;
+        self.restart_at = Some(Instant::now() + self.backoff);
+        log(
+            "replica exited; restarting",
+            &[
+                ("replica", self.spec.name.clone()),
+                ("exit", exit),
+                ("restarts", self.restarts.to_string()),
+                ("restart_in_ms", self.backoff.as_millis().to_string()),
+            ],
+        );
+        self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+    }
+
+    /// Start the process if it is down and its (re)start is due, under its binary's memory
+    /// limit; on failure retry after the backoff. `true` when a start was attempted.
+    fn start_if_due(
+        &mut self,
+        plan: &Plan,
+        memory_limits: &BTreeMap<String, u64>,
+        started_at: &mut BTreeMap<String, Instant>,
+    ) -> bool {
+        let due = self.child.is_none() && self.restart_at.is_some_and(|t| Instant::now() >= t);
+        if !due {
+            return false;
+        }
+        match start(plan, &self.spec) {
+            Ok(child) => {
+                log(
+                    "replica started",
+                    &[
+                        ("replica", self.spec.name.clone()),
+                        ("pid", child.id().to_string()),
+                    ],
+                );
+                if let Some(limit) = memory_limits.get(&self.spec.binary) {
+                    self.cgroup = limit_memory(&self.spec.name, child.id(), *limit);
+                }
+                started_at.insert(self.spec.name.clone(), Instant::now());
+                self.child = Some(child);
+                self.restart_at = None;
+            }
+            Err(e) => {
+                log(
+                    "replica failed to start",
+                    &[
+                        ("replica", self.spec.name.clone()),
+                        ("error", format!("{e:#}")),
+                    ],
+                );
+                self.restart_at = Some(Instant::now() + self.backoff);
+                self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+            }
+        }
+        true
     }
 }
 
