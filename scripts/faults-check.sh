@@ -3,23 +3,20 @@
 # asserted, not times (issue 17). A native lab (the real binaries under labctl's supervisor) takes
 # `labctl load` at FAULTS_RATE rps while this script breaks things for real:
 #
-#   1. pg-restart      pg_ctlcluster <ver> <name> restart mid-load. Counted: requests failed and
-#                      the seconds they span. Asserted: the last FAULTS_TAIL_SECONDS of load are
-#                      all 200 (entity-service's pool came back by itself) and no lab process was
-#                      restarted.
-#   2. redis-outage    redis-cli shutdown nosave for 30 s, then Redis started again exactly as
+#   PostgreSQL restarted and a replica killed are scenario files now, judged by the same engine
+#   as every game day (load/scenarios/faults/, run by scripts/fault-scenarios.sh).
+#
+#   1. redis-outage    redis-cli shutdown nosave for 30 s, then Redis started again exactly as
 #                      scripts/deps.sh starts it. Asserted: every replica reports
 #                      lab_flags_store_reachable 0 during and 1 after, keeps its last-known flags
 #                      during, the gateway's limiter fails open (counted), no request fails, a
 #                      `labctl flags set` during the outage fails, and one set after it reaches
 #                      every replica. Reported: what each replica does when Redis comes back
 #                      empty (it keeps nothing on disk): last-known flags or the defaults.
-#   3. entity-kill     kill -9 of entity-service-1 (the supervisor restarts it). Counted: failed
-#                      requests. Asserted: the supervisor restarted it; the last seconds all 200.
-#   4. enrichment-kill kill -9 of enrichment-1 mid-stream. Asserted, once the group's lag is 0:
+#   2. enrichment-kill kill -9 of enrichment-1 mid-stream. Asserted, once the group's lag is 0:
 #                      rows in enrichment_documents for the run's documents == 200 answers,
 #                      exactly, and no document twice.
-#   5. rollouts        labctl rollout restart orchestrator, entity-service, enrichment (SIGTERM,
+#   3. rollouts        labctl rollout restart orchestrator, entity-service, enrichment (SIGTERM,
 #                      one replica at a time), then edge-gateway. Asserted in resilient mode: zero
 #                      non-200 answers through the first three. The gateway's restart is counted,
 #                      not asserted: the native lab runs one gateway on one port with nothing in
@@ -40,8 +37,8 @@
 # runs (load series, metric snapshots, events) under <out>/<mode>/<fault>/.
 #
 # Usage: scripts/faults-check.sh [--publish]     --publish: copy the report to docs/reports/faults.md
-# Env:   FAULTS_ONLY (the faults to run, default all five: "pg-restart redis-outage entity-kill
-#        enrichment-kill rollouts"; e.g. FAULTS_ONLY=rollouts to repeat one window),
+# Env:   FAULTS_ONLY (the faults to run, default all three: "redis-outage enrichment-kill
+#        rollouts"; e.g. FAULTS_ONLY=rollouts to repeat one window),
 #        FAULTS_RATE (50 rps), FAULTS_MODES ("resilient legacy"), FAULTS_TAIL_SECONDS (8: the
 #        "all 200 at the end" window), FAULTS_PROFILE (debug, as k6-check builds it; or release),
 #        FAULTS_OUT (default .lab/reports/faults-<unix time>), CARGO_TARGET_DIR, LAB_TOOLS_DIR,
@@ -64,7 +61,7 @@ while [[ $# -gt 0 ]]; do
     shift
 done
 
-ALL_FAULTS="pg-restart redis-outage entity-kill enrichment-kill rollouts"
+ALL_FAULTS="redis-outage enrichment-kill rollouts"
 ONLY="${FAULTS_ONLY:-$ALL_FAULTS}"
 for f in $ONLY; do
     [[ " $ALL_FAULTS " == *" $f "* ]] || die "FAULTS_ONLY: unknown fault '$f' (known: $ALL_FAULTS)"
@@ -351,7 +348,7 @@ def analyze(out, modes, rate, tail, profile):
     checks, counts = [], {"rate_rps": rate, "tail_seconds": tail, "profile": profile, "modes": {}}
     def check(mode, fault, what, ok, measured):
         checks.append({"mode": mode, "fault": fault, "check": what, "pass": bool(ok), "measured": measured})
-    only = os.environ.get("FAULTS_ONLY", "pg-restart redis-outage entity-kill enrichment-kill rollouts").split()
+    only = os.environ.get("FAULTS_ONLY", "redis-outage enrichment-kill rollouts").split()
     for mode in modes:
         # A fault that was to run and left no load file would silently lose its checks (each
         # block below is skipped without one): it is a failed check of its own instead.
@@ -360,21 +357,7 @@ def analyze(out, modes, rate, tail, profile):
                 check(mode, fault, "the fault ran (its load run left load.json)", False,
                       "no load.json: none of its checks could be evaluated")
         C = counts["modes"][mode] = {}
-        # 1. PostgreSQL restarted
-        r = Run(f"{out}/{mode}/pg-restart")
-        if r.load:
-            c = r.counts(tail)
-            b, a = r.snap("before"), r.snap("after")
-            restarted = sorted(n for n in a if a[n].get("pid") != b.get(n, {}).get("pid"))
-            c.update(pg_restart_s=round(r.events.get("pg-restarted", 0) - r.events.get("pg-restart", 0), 2),
-                     pg_restart_at_s=round(r.events.get("pg-restart", 0), 1),
-                     lab_processes_restarted=len(restarted),
-                     failures_from=with_client(origins(b, a), c))
-            C["pg-restart"] = c
-            check(mode, "pg-restart", f"last {tail} s of load all 200 (pool recovered by itself)",
-                  c["tail_ok"] == c["tail_sent"] and c["tail_sent"] > 0, f"{c['tail_ok']}/{c['tail_sent']}")
-            check(mode, "pg-restart", "no lab process restarted", not restarted, ", ".join(restarted) or "none")
-        # 2. Redis down
+        # 1. Redis down
         r = Run(f"{out}/{mode}/redis-outage")
         if r.load:
             c = r.counts(tail)
@@ -423,22 +406,7 @@ def analyze(out, modes, rate, tail, profile):
             check(mode, "redis-outage", "a flag set after Redis is back reaches every replica",
                   c["set_after_rc"] == 0 and c["set_after_applied_s"] is not None,
                   c["set_after_applied_s"])
-        # 3. entity-service kill -9
-        r = Run(f"{out}/{mode}/entity-kill")
-        if r.load:
-            c = r.counts(tail)
-            b, a = r.snap("before"), r.snap("after")
-            v = r.fact("victim")
-            c.update(victim=v, kill_at_s=round(r.events.get("kill", 0), 1),
-                     back_after_s=round(r.events.get("back", 0) - r.events.get("kill", 0), 2),
-                     supervisor_restarts=(a.get(v, {}).get("restarts") or 0) - (b.get(v, {}).get("restarts") or 0),
-                     failures_from=with_client(origins(b, a), c))
-            C["entity-kill"] = c
-            check(mode, "entity-kill", "the supervisor restarted the killed replica (restarts +1)",
-                  c["supervisor_restarts"] == 1, c["supervisor_restarts"])
-            check(mode, "entity-kill", f"last {tail} s of load all 200 (the lab recovered)",
-                  c["tail_ok"] == c["tail_sent"] and c["tail_sent"] > 0, f"{c['tail_ok']}/{c['tail_sent']}")
-        # 4. enrichment worker kill -9
+        # 2. enrichment worker kill -9
         r = Run(f"{out}/{mode}/enrichment-kill")
         if r.load:
             c = r.counts(tail)
@@ -463,7 +431,7 @@ def analyze(out, modes, rate, tail, profile):
                   rows is not None and rows == c["ok"], f"{rows} rows, {c['ok']} answers 200")
             check(mode, "enrichment-kill", "no document applied twice", rows is not None and rows == distinct,
                   f"{rows} rows, {distinct} distinct documents")
-        # 5. rolling restarts
+        # 3. rolling restarts
         r = Run(f"{out}/{mode}/rollouts")
         if r.load:
             c = r.counts(tail)
@@ -660,19 +628,7 @@ def report(out, modes, counts, checks, tail):
         p("")
     def fails(c):
         return f"{c['failed']} of {c['sent']}"
-    p("## 1. PostgreSQL restarted mid-load\n")
-    p("`pg_ctlcluster <ver> <name> restart` (fast shutdown: every connection is cut) a few seconds into the run; "
-      "nothing in the lab is restarted. The pool must replace its dead connections by itself.\n")
-    table("pg-restart", [
-        ("requests sent", lambda c: c["sent"]),
-        ("failed (non-200)", fails),
-        ("failed, from", lambda c: fmt_from(c["failures_from"])),
-        ("seconds with a failure / their span", lambda c: f"{c['seconds_with_failures']} / {c['failure_span_s']} s"),
-        ("PostgreSQL restart took (at second)", lambda c: f"{c['pg_restart_s']} s (at {c['pg_restart_at_s']})"),
-        (f"last {tail} s: 200 / sent", lambda c: f"{c['tail_ok']} / {c['tail_sent']}"),
-        ("lab processes restarted", lambda c: c["lab_processes_restarted"]),
-    ])
-    p("## 2. Redis down for 30 s\n")
+    p("## 1. Redis down for 30 s\n")
     p("`redis-cli shutdown nosave`, 30 s, then Redis started again by `scripts/deps.sh` (as CI starts it: "
       "nothing on disk, so it comes back empty). Before the outage the run's client.mode and "
       f"`{MARKER_NAME}` (a flag nothing reads while `fault.entity.latency_ms` is 0) were set; "
@@ -705,17 +661,7 @@ def report(out, modes, counts, checks, tail):
         if c["set_during_outage_error"]:
             p(f"`labctl flags set` during the outage ({m}), exit {c['set_during_outage_rc']}:\n")
             p("```\n" + c["set_during_outage_error"].strip() + "\n```\n")
-    p("## 3. kill -9 of one entity-service replica\n")
-    table("entity-kill", [
-        ("requests sent", lambda c: c["sent"]),
-        ("failed (non-200)", fails),
-        ("failed, from", lambda c: fmt_from(c["failures_from"])),
-        ("seconds with a failure / their span", lambda c: f"{c['seconds_with_failures']} / {c['failure_span_s']} s"),
-        ("killed at second / back and ready after", lambda c: f"{c['kill_at_s']} / {c['back_after_s']} s"),
-        ("supervisor restarts of the victim", lambda c: c["supervisor_restarts"]),
-        (f"last {tail} s: 200 / sent", lambda c: f"{c['tail_ok']} / {c['tail_sent']}"),
-    ])
-    p("## 4. kill -9 of one enrichment worker mid-stream\n")
+    p("## 2. kill -9 of one enrichment worker mid-stream\n")
     p("The orchestrator publishes one `doc.ingested` per 200; the worker applies each "
       "`(tenant, doc, event_id)` once and commits offsets only after the write. Counted once the "
       "group's lag was 0: rows in `enrichment_documents` whose doc ids are this run's.\n")
@@ -728,7 +674,7 @@ def report(out, modes, counts, checks, tail):
         ("killed at second / back and ready after", lambda c: f"{c['kill_at_s']} / {c['back_after_s']} s"),
         ("group lag after / reached 0 after the load in", lambda c: f"{c['lag_after']} / {c['lag_zero_after_s']:.0f} s"),
     ])
-    p("## 5. Rolling restarts (SIGTERM, one replica at a time)\n")
+    p("## 3. Rolling restarts (SIGTERM, one replica at a time)\n")
     p("`labctl rollout restart <service>` for orchestrator, entity-service and enrichment, then "
       "edge-gateway, in one load run; each failure is counted in the window from its rollout's "
       "start to the next one's (by intended send second), with the gateway's error rows of that window. "
@@ -775,7 +721,7 @@ def report(out, modes, counts, checks, tail):
       "abandoned while its orchestrator finished).\n")
     p("| run | " + " | ".join(modes) + " |")
     p("|---|" + "---:|" * len(modes))
-    for run in ["pg-restart", "redis-outage", "entity-kill", "enrichment-kill", "rollouts"]:
+    for run in ["redis-outage", "enrichment-kill", "rollouts"]:
         row(run, lambda mm, run=run: mm["rows_vs_ok"][run])
     p("\n## Checks\n")
     for c in checks:
@@ -881,22 +827,6 @@ settle_enrichment() {
 }
 
 # --- the faults -----------------------------------------------------------------------------------
-fault_pg_restart() {
-    local dir="$1/pg-restart"
-    mkdir -p "$dir"
-    say "$MODE: PostgreSQL restart mid-load (pg_ctlcluster $PG_VER $PG_NAME restart at 5 s of 20 s)"
-    snap "$dir" before
-    start_load "$dir" 20
-    at 5
-    mark "$dir" pg-restart
-    no_fds pg_ctlcluster --skip-systemctl-redirect "$PG_VER" "$PG_NAME" restart </dev/null >"$dir/pg.log" 2>&1 ||
-        { cat "$dir/pg.log"; die "pg_ctlcluster restart failed"; }
-    wait_for 30 pg_up || die "PostgreSQL not up 30 s after its restart"
-    mark "$dir" pg-restarted
-    wait_load "$dir"
-    snap "$dir" after
-}
-
 fault_redis_outage() {
     local dir="$1/redis-outage" rc t
     mkdir -p "$dir"
@@ -954,18 +884,6 @@ kill_replica() {
     kill -9 "$pid"
     wait_for 30 ready_again "$name" "$pid" || die "$name not restarted and ready within 30 s"
     mark "$dir" back
-}
-
-fault_entity_kill() {
-    local dir="$1/entity-kill"
-    mkdir -p "$dir"
-    say "$MODE: kill -9 of entity-service-1 mid-load (at 5 s of 18 s)"
-    snap "$dir" before
-    start_load "$dir" 18
-    at 5
-    kill_replica "$dir" entity-service-1
-    wait_load "$dir"
-    snap "$dir" after
 }
 
 fault_enrichment_kill() {
@@ -1054,7 +972,7 @@ fault_rollouts() {
 # rows_vs_ok MODE_DIR: after the mode's last run, every run's rows next to its 200s (reported).
 rows_vs_ok() {
     local f ok r
-    for f in pg-restart redis-outage entity-kill enrichment-kill rollouts; do
+    for f in redis-outage enrichment-kill rollouts; do
         [[ -f "$1/$f/load.json" ]] || continue
         ok="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["by_status"].get("200", 0))' "$1/$f/load.json")"
         r="$(rows "$(getfact "$1/$f" seed)")"
@@ -1082,15 +1000,7 @@ for MODE in $MODES; do
     mkdir -p "$MDIR/warmup"
     start_load "$MDIR/warmup" 5
     wait_load "$MDIR/warmup"
-    if wants pg-restart; then
-        fault_pg_restart "$MDIR"
-        wait_for 60 all_ready || die "$MODE: the lab is not ready after the PostgreSQL restart"
-    fi
     if wants redis-outage; then fault_redis_outage "$MDIR"; fi
-    if wants entity-kill; then
-        fault_entity_kill "$MDIR"
-        wait_for 60 all_ready || die "$MODE: the lab is not ready after the entity-service kill"
-    fi
     if wants enrichment-kill; then fault_enrichment_kill "$MDIR"; fi
     if wants rollouts; then fault_rollouts "$MDIR"; fi
     rows_vs_ok "$MDIR"

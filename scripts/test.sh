@@ -2,8 +2,8 @@
 # scripts/test.sh — the one command that runs every check of retry-storm-lab:
 #   scripts/deps.sh (apt packages, PostgreSQL, Redis, tansu), then, failing fast,
 #   cargo fmt --check, cargo clippy -D warnings, the observability and deployment checks,
-#   schemathesis, k6 against a native lab, every scenario file run (scenarios-check.sh), faults
-#   under load (faults-check.sh), cargo test.
+#   schemathesis, k6 against a native lab, every scenario file run (scenarios-check.sh), the fault
+#   scenarios judged (fault-scenarios.sh), faults under load (faults-check.sh), cargo test.
 #
 # Usage: scripts/test.sh [extra args for cargo test]
 #   scripts/test.sh                      everything
@@ -97,8 +97,12 @@ run_step k6 "see scripts/k6-check.sh's output above (which mode broke the thresh
 # min): each completes, its timeline's actions succeed, its counts add up.
 run_step scenarios "see scripts/scenarios-check.sh's output above and its scenarios-check.md (which scenario, which mode, what failed)" \
     bash scripts/scenarios-check.sh
-# Real faults under open-loop load in both modes, counts asserted (~6 min): PostgreSQL restarted,
-# Redis down 30 s, kill -9 of an entity-service and of an enrichment worker, rolling restarts.
+# The fault scenarios (load/scenarios/faults), judged by the game-day engine in both modes (~2 min):
+# a replica killed, PostgreSQL restarted.
+run_step fault-scenarios "see scripts/fault-scenarios.sh's output above: which scenario, which mode, which verdict" \
+    bash scripts/fault-scenarios.sh
+# Real faults under open-loop load in both modes, counts asserted (~4 min): Redis down 30 s, kill
+# -9 of an enrichment worker, rolling restarts (not yet scenario files).
 run_step faults "see scripts/faults-check.sh's output above and its report (path printed): which fault, which mode, which count" \
     bash scripts/faults-check.sh
 run_step test "see the failing tests above; services: $DATABASE_URL, $REDIS_URL, $KAFKA_BOOTSTRAP" \

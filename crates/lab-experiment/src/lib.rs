@@ -117,7 +117,8 @@ pub struct GamedayArgs {
     /// native lab's state file.
     #[arg(long, env = "LAB_GAMEDAY_TARGETS")]
     pub targets: Option<String>,
-    /// Exit non-zero when a scenario expectation for this mode is not met.
+    /// Exit non-zero when a verdict of this mode (a postmortem step or an `expect:` range) did
+    /// not hold or was not measured, or an action of the timeline failed.
     #[arg(long)]
     pub strict: bool,
     /// Seed of the document stream and the arrivals. The default repeats the same documents
@@ -249,12 +250,27 @@ pub async fn run(
     let ctx = (&sc, args, &extra[..], base_rate, tenants);
     write_report(ctx, &outcome, restarts, verdicts, &out)?;
     fail_on_inconsistency(&outcome.consistency, &out)?;
-    if args.strict
-        && expectations
+    if args.strict {
+        let unmet: Vec<String> = steps
             .iter()
-            .any(|e| e.outcome != Outcome::Reproduced)
-    {
-        bail!("expectations not met or not measured (see above)");
+            .chain(&expectations)
+            .filter(|v| v.outcome != Outcome::Reproduced)
+            .map(|v| format!("{}: {}", v.phase, v.words(args.mode.is_fix())))
+            .chain(
+                outcome
+                    .actions
+                    .iter()
+                    .filter(|a| !a.ok)
+                    .map(|a| format!("{}: `{}` failed", a.phase, a.command)),
+            )
+            .collect();
+        if !unmet.is_empty() {
+            bail!(
+                "--strict: {} of the scenario's verdicts or actions did not hold ({})",
+                unmet.len(),
+                unmet.join("; ")
+            );
+        }
     }
     Ok(Ran {
         out,
@@ -386,7 +402,7 @@ fn markdown(
     ));
     let fix = args.mode.is_fix();
     for (title, verdicts) in [
-        ("The postmortem's steps", steps),
+        ("Verdicts, phase by phase", steps),
         ("Expectations for this mode", expectations),
     ] {
         if verdicts.is_empty() {
@@ -394,7 +410,7 @@ fn markdown(
         }
         md.push_str(&format!("\n{title}:\n\n"));
         for v in verdicts {
-            md.push_str(&format!("- {}: **{}**", v.phase, v.outcome.words(fix)));
+            md.push_str(&format!("- {}: **{}**", v.phase, v.words(fix)));
             for c in &v.checks {
                 md.push_str(&format!("; {}", c.markdown()));
             }

@@ -173,7 +173,7 @@ fn outcome_html(v: &Verdict, fix: bool) -> String {
         Outcome::NotReproduced => "no",
         Outcome::NotMeasured => "na",
     };
-    format!("<span class={class}>{}</span>", v.outcome.words(fix))
+    format!("<span class={class}>{}</span>", v.words(fix))
 }
 
 /// A verdict's checks, one per line; a precondition marked apart (it makes the step "not
@@ -202,9 +202,17 @@ fn timeline(html: &mut String, phases: &Value, runs: &[Run]) {
     if runs.iter().all(|r| r.steps.is_empty()) {
         return;
     }
-    html.push_str(
-        "<h2>The postmortem's timeline, step by step</h2><table><tr><th>time</th><th>step</th>\
-         <th>the postmortem</th>",
+    let postmortem = phases
+        .as_array()
+        .is_some_and(|a| a.iter().any(|p| p["postmortem"].is_object()));
+    let _ = write!(
+        html,
+        "<h2>{}</h2><table><tr><th>time</th><th>step</th><th>the postmortem</th>",
+        if postmortem {
+            "The postmortem's timeline, step by step"
+        } else {
+            "The scenario's verdicts, phase by phase"
+        }
     );
     for r in runs {
         let _ = write!(html, "<th>{} (measured)</th><th>verdict</th>", esc(&r.mode));
@@ -343,7 +351,7 @@ mod tests {
         let s = serde_json::json!({
             "mode": "Resilient",
             "scenario": {"phases": [{"name": "during", "postmortem": {"time": "10:07", "observation": "storm"}}]},
-            "steps": [{"phase": "during", "outcome": "reproduced", "reproduced": true, "checks": [
+            "steps": [{"phase": "during", "postmortem": "10:07 storm", "outcome": "reproduced", "reproduced": true, "checks": [
                 {"check": "error_5xx_pct ≤ 10", "value": 0.5, "reference": null, "ok": true, "precondition": false}
             ]}],
             "expectations": [{"phase": "during", "outcome": "not_measured", "reproduced": false, "checks": [

@@ -65,17 +65,22 @@ pub struct Entry {
 }
 
 fn tally(mode: &str, verdicts: &[Verdict]) -> Option<String> {
-    if verdicts.is_empty() {
-        return None;
-    }
+    let first = verdicts.first()?;
     let fix = !mode.eq_ignore_ascii_case("legacy");
+    let words = |o: Outcome| {
+        if first.postmortem.is_some() {
+            o.words(fix)
+        } else {
+            o.plain_words()
+        }
+    };
     let n = |o: Outcome| verdicts.iter().filter(|v| v.outcome == o).count();
     Some(format!(
         "{mode}: {} {}, {} {}, {} not measured",
         n(Outcome::Reproduced),
-        Outcome::Reproduced.words(fix),
+        words(Outcome::Reproduced),
         n(Outcome::NotReproduced),
-        Outcome::NotReproduced.words(fix),
+        words(Outcome::NotReproduced),
         n(Outcome::NotMeasured)
     ))
 }

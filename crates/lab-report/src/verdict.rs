@@ -33,6 +33,16 @@ impl Outcome {
         }
     }
 
+    /// The words for a claim that is not the postmortem's (an `expect:` range, a fault
+    /// check): it held or it did not, in either mode.
+    pub fn plain_words(self) -> &'static str {
+        match self {
+            Outcome::Reproduced => "held",
+            Outcome::NotReproduced => "did not hold",
+            Outcome::NotMeasured => "not measured",
+        }
+    }
+
     pub fn mark(self) -> &'static str {
         match self {
             Outcome::Reproduced => "✔",
@@ -174,6 +184,15 @@ impl Verdict {
     pub fn with_evidence(mut self, evidence: String) -> Verdict {
         self.evidence = evidence;
         self
+    }
+
+    /// What it came to, in words: a postmortem step (or claim) is reproduced, or for the fixed
+    /// client the fix held; any other check held or did not.
+    pub fn words(&self, fix: bool) -> &'static str {
+        match self.postmortem {
+            Some(_) => self.outcome.words(fix),
+            None => self.outcome.plain_words(),
+        }
     }
 
     /// The checks in words, `; `-separated (`✔ `goodput_pct ≥ 50`: 61.2%`).

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# scripts/fault-scenarios.sh — the fault scenarios (load/scenarios/faults/*.yaml), judged: each
+# file in both modes through `labctl gameday --strict`, the engine every game day and replay
+# uses. A verdict that did not hold or was not measured, or an action of a timeline that failed,
+# fails the script; the numbers are in each run's summary.md, and index.html lists them all.
+#
+#   replica-killed     fault kill entity-service-1 under load: no request lost once it is back
+#   postgres-restart   fault restart postgres under load: the pools heal by themselves, the
+#                      last seconds lose nothing, no lab process restarts
+#
+# Bounded: 2 runs per file of ~20 s each at the file's rate (50 rps), only to 127.0.0.1, on ports
+# of its own (25xxx), its own database (retry_storm_lab_faults, seeded --small once) and state
+# dir; the lab is stopped on every exit path. postgres-restart restarts the machine's PostgreSQL
+# cluster: run the script alone (CI runs it serially; by hand: flock -x /tmp/lab-heavy.lock
+# scripts/fault-scenarios.sh). It refuses to run while a native lab is up in .lab (same flags).
+#
+# Env: CARGO_TARGET_DIR, LAB_TOOLS_DIR, FAULT_SCENARIOS_OUT (default
+#      .lab/reports/fault-scenarios-<unix time>), FAULT_SCENARIOS_MODES ("resilient legacy").
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+cd "$HERE/.."
+LOG_TAG=fault-scenarios
+# shellcheck source=lib/common.sh
+source "$HERE/lib/common.sh"   # say, die, LAB_TOOLS_DIR
+
+OUT="${FAULT_SCENARIOS_OUT:-.lab/reports/fault-scenarios-$(date +%s)}"
+MODES="${FAULT_SCENARIOS_MODES:-resilient legacy}"
+GW=25080 ORCH=25101 ENT=25201
+for m in $MODES; do [[ "$m" == resilient || "$m" == legacy ]] || die "FAULT_SCENARIOS_MODES: $m?"; done
+shopt -s nullglob
+FILES=(load/scenarios/faults/*.yaml)
+((${#FILES[@]} > 0)) || die "no scenario file in load/scenarios/faults/"
+
+# shellcheck source=lib/own_lab.sh
+source "$HERE/lib/own_lab.sh"   # refuse_if_lab_up, own_lab_up
+refuse_if_lab_up
+own_lab_up faults $GW $ORCH $ENT
+mkdir -p "$OUT"
+say "${#FILES[@]} fault scenario(s) × modes: $MODES (report: $OUT)"
+failed=()
+for f in "${FILES[@]}"; do
+    name="$(basename "$f" .yaml)"
+    for mode in $MODES; do
+        run="$OUT/$name-$mode"
+        rc=0
+        "${LABCTL[@]}" gameday "$f" --mode "$mode" --strict --gateway "http://127.0.0.1:$GW" \
+            --out "$run" >"$run.log" 2>&1 || rc=$?
+        if [[ -f "$run/summary.md" ]]; then
+            # The verdicts, one line each (the section the game day writes).
+            awk '/^Verdicts, phase by phase:/ { on = 1; next } on && /^- / { print "    " $0 }
+                 on && /^[A-Z]/ { on = 0 }' "$run/summary.md"
+        fi
+        if ((rc != 0)); then
+            failed+=("$name/$mode")
+            tail -n 20 "$run.log" >&2
+            say "$name $mode: FAILED (exit $rc; $run.log)"
+        else
+            say "$name $mode: every verdict held"
+        fi
+    done
+done
+"${LABCTL[@]}" report "$OUT" >/dev/null || true   # index.html over the runs
+((${#failed[@]} == 0)) || die "fault scenarios failed: ${failed[*]} (above; $OUT/index.html)"
+say "every fault scenario held in every mode ($OUT/index.html)"
