@@ -7,6 +7,8 @@
 #   replica-killed     fault kill entity-service-1 under load: no request lost once it is back
 #   postgres-restart   fault restart postgres under load: the pools heal by themselves, the
 #                      last seconds lose nothing, no lab process restarts
+#   rollouts           rollout restart of every service under load: the fixed client loses no
+#                      request through the orchestrator, entity-service and enrichment rollouts
 #
 # Bounded: 2 runs per file of ~20 s each at the file's rate (50 rps), only to 127.0.0.1, on ports
 # of its own (25xxx), its own database (retry_storm_lab_faults, seeded --small once) and state
@@ -14,7 +16,7 @@
 # cluster: run the script alone (CI runs it serially; by hand: flock -x /tmp/lab-heavy.lock
 # scripts/fault-scenarios.sh). It refuses to run while a native lab is up in .lab (same flags).
 #
-# Env: CARGO_TARGET_DIR, LAB_TOOLS_DIR, FAULT_SCENARIOS_OUT (default
+# Env: CARGO_TARGET_DIR, LAB_TOOLS_DIR, KAFKA_BOOTSTRAP (127.0.0.1:9092), FAULT_SCENARIOS_OUT (default
 #      .lab/reports/fault-scenarios-<unix time>), FAULT_SCENARIOS_MODES ("resilient legacy").
 set -euo pipefail
 
@@ -26,7 +28,8 @@ source "$HERE/lib/common.sh"   # say, die, LAB_TOOLS_DIR
 
 OUT="${FAULT_SCENARIOS_OUT:-.lab/reports/fault-scenarios-$(date +%s)}"
 MODES="${FAULT_SCENARIOS_MODES:-resilient legacy}"
-GW=25080 ORCH=25101 ENT=25201
+GW=25080 ORCH=25101 ENT=25201 ENR=25301
+KAFKA="${KAFKA_BOOTSTRAP:-127.0.0.1:9092}"   # the enrichment workers' broker (rollouts roll them)
 for m in $MODES; do [[ "$m" == resilient || "$m" == legacy ]] || die "FAULT_SCENARIOS_MODES: $m?"; done
 shopt -s nullglob
 FILES=(load/scenarios/faults/*.yaml)
@@ -35,7 +38,7 @@ FILES=(load/scenarios/faults/*.yaml)
 # shellcheck source=lib/own_lab.sh
 source "$HERE/lib/own_lab.sh"   # refuse_if_lab_up, own_lab_up
 refuse_if_lab_up
-own_lab_up faults $GW $ORCH $ENT
+own_lab_up faults $GW $ORCH $ENT $ENR "$KAFKA"
 mkdir -p "$OUT"
 say "${#FILES[@]} fault scenario(s) × modes: $MODES (report: $OUT)"
 failed=()

@@ -3,8 +3,9 @@
 # asserted, not times (issue 17). A native lab (the real binaries under labctl's supervisor) takes
 # `labctl load` at FAULTS_RATE rps while this script breaks things for real:
 #
-#   PostgreSQL restarted and a replica killed are scenario files now, judged by the same engine
-#   as every game day (load/scenarios/faults/, run by scripts/fault-scenarios.sh).
+#   PostgreSQL restarted, a replica killed and the rolling restarts are scenario files now,
+#   judged by the same engine as every game day (load/scenarios/faults/, run by
+#   scripts/fault-scenarios.sh).
 #
 #   1. redis-outage    redis-cli shutdown nosave for 30 s, then Redis started again exactly as
 #                      scripts/deps.sh starts it. Asserted: every replica reports
@@ -16,11 +17,6 @@
 #   2. enrichment-kill kill -9 of enrichment-1 mid-stream. Asserted, once the group's lag is 0:
 #                      rows in enrichment_documents for the run's documents == 200 answers,
 #                      exactly, and no document twice.
-#   3. rollouts        labctl rollout restart orchestrator, entity-service, enrichment (SIGTERM,
-#                      one replica at a time), then edge-gateway. Asserted in resilient mode: zero
-#                      non-200 answers through the first three. The gateway's restart is counted,
-#                      not asserted: the native lab runs one gateway on one port with nothing in
-#                      front of it, so its restart refuses connections (see the report).
 #
 # Why counts: on 2 shared CI cores a duration is noise, a count of failed requests or of rows is
 # not. Durations (how long PostgreSQL took to restart, seconds with failures) are reported only.
@@ -37,8 +33,8 @@
 # runs (load series, metric snapshots, events) under <out>/<mode>/<fault>/.
 #
 # Usage: scripts/faults-check.sh [--publish]     --publish: copy the report to docs/reports/faults.md
-# Env:   FAULTS_ONLY (the faults to run, default all three: "redis-outage enrichment-kill
-#        rollouts"; e.g. FAULTS_ONLY=rollouts to repeat one window),
+# Env:   FAULTS_ONLY (the faults to run, default both: "redis-outage enrichment-kill"; e.g.
+#        FAULTS_ONLY=redis-outage to repeat one window),
 #        FAULTS_RATE (50 rps), FAULTS_MODES ("resilient legacy"), FAULTS_TAIL_SECONDS (8: the
 #        "all 200 at the end" window), FAULTS_PROFILE (debug, as k6-check builds it; or release),
 #        FAULTS_OUT (default .lab/reports/faults-<unix time>), CARGO_TARGET_DIR, LAB_TOOLS_DIR,
@@ -61,7 +57,7 @@ while [[ $# -gt 0 ]]; do
     shift
 done
 
-ALL_FAULTS="redis-outage enrichment-kill rollouts"
+ALL_FAULTS="redis-outage enrichment-kill"
 ONLY="${FAULTS_ONLY:-$ALL_FAULTS}"
 for f in $ONLY; do
     [[ " $ALL_FAULTS " == *" $f "* ]] || die "FAULTS_ONLY: unknown fault '$f' (known: $ALL_FAULTS)"
@@ -156,7 +152,7 @@ trap 'exit 130' INT TERM
 # --- helpers: metrics, load runs, facts -------------------------------------------------------------
 # The metrics of every replica, the load's start, the report: one Python helper (stdlib only).
 cat >"$STATE/faults.py" <<'PY'
-import datetime, json, os, re, sys, time, urllib.request
+import json, os, re, sys, time, urllib.request
 
 KEEP = {
     "lab_flags_store_reachable", "lab_flag_variant", "gateway_ratelimit_decisions_total",
@@ -348,7 +344,7 @@ def analyze(out, modes, rate, tail, profile):
     checks, counts = [], {"rate_rps": rate, "tail_seconds": tail, "profile": profile, "modes": {}}
     def check(mode, fault, what, ok, measured):
         checks.append({"mode": mode, "fault": fault, "check": what, "pass": bool(ok), "measured": measured})
-    only = os.environ.get("FAULTS_ONLY", "redis-outage enrichment-kill rollouts").split()
+    only = os.environ.get("FAULTS_ONLY", "redis-outage enrichment-kill").split()
     for mode in modes:
         # A fault that was to run and left no load file would silently lose its checks (each
         # block below is skipped without one): it is a failed check of its own instead.
@@ -431,63 +427,6 @@ def analyze(out, modes, rate, tail, profile):
                   rows is not None and rows == c["ok"], f"{rows} rows, {c['ok']} answers 200")
             check(mode, "enrichment-kill", "no document applied twice", rows is not None and rows == distinct,
                   f"{rows} rows, {distinct} distinct documents")
-        # 3. rolling restarts
-        r = Run(f"{out}/{mode}/rollouts")
-        if r.load:
-            c = r.counts(tail)
-            b, a = r.snap("before"), r.snap("after")
-            order = ["orchestrator", "entity-service", "enrichment", "edge-gateway"]
-            D = r.load["duration_s"]
-            # (service, first second of its window); a window ends where the next one starts.
-            done = [(s, int(r.events[f"rollout-{s}-start"])) for s in order if f"rollout-{s}-start" in r.events]
-            ends = [x for _, x in done[1:]] + [D + 1]
-            windows = {"before the first rollout": (0, done[0][1] if done else D + 1)}
-            for (s, lo), hi in zip(done, ends):
-                rolled = sorted(n for n in a if service(n) == s and
-                                (a[n].get("rollouts") or 0) - (b.get(n, {}).get("rollouts") or 0) == 1)
-                windows[s] = (lo, hi)
-                c[f"{s}_rollout_s"] = round(r.events.get(f"rollout-{s}-end", 0) - r.events[f"rollout-{s}-start"], 1)
-                c[f"{s}_replicas_rolled"] = len(rolled)
-                c[f"{s}_rollout_rc"] = r.fact(f"rollout_{s}_rc", int)
-            c["windows"] = {k: {"seconds": [lo, min(hi, D)], "sent": r.sent_between(lo, hi),
-                                "failed": r.failed_between(lo, hi)} for k, (lo, hi) in windows.items()}
-            # The gateway's error rows per window, from the snapshot taken before each rollout.
-            snaps = [("before the first rollout", r.snap("before"))] + [(s, r.snap(f"pre-{s}")) for s, _ in done]
-            ends_snap = [x for _, x in snaps[1:]] + [a]
-            for (k, sb), sa in zip(snaps, ends_snap):
-                if k in c["windows"]:
-                    c["windows"][k]["failures_from"] = origins(sb, sa)
-            c["failures_from"] = with_client({}, c)
-            st = r.snap("settled")
-            c["enrichment_group_after"] = {
-                "lag": r.fact("lag_after", int),
-                "partitions_owned": {n: int(value(st[n].get("samples", {}), "enrichment_assigned_partitions"))
-                                     for n in sorted(st) if service(n) == "enrichment"}}
-            # The gateway itself restarts last: its counters, old process up to its rollout, then
-            # the new one.
-            pg = r.snap("pre-edge-gateway") or a
-            for k, n in (("failovers", "gateway_upstream_failovers_total"), ("retries", "gateway_upstream_retries_total")):
-                c[k] = delta(b, pg, n) + (delta(pg, a, n) if pg is not a else 0)
-            if "orchestrator" in windows:
-                t0 = r.t0
-                lo = t0 + r.events["rollout-orchestrator-start"]
-                hi = t0 + r.events.get("rollout-entity-service-start", r.events.get("rollout-orchestrator-end", 0) + 2)
-                c["no_orchestrator_in_rotation"] = rotation_gaps(
-                    f"{os.path.dirname(r.d)}/logs/edge-gateway-1.log", b, lo, hi)
-            C["rollouts"] = c
-            for s in order:
-                if f"{s}_rollout_rc" in c:
-                    n = sum(1 for x in a if service(x) == s)
-                    err = r.fact(f"rollout_{s}_error")
-                    check(mode, "rollouts", f"{s}: every replica replaced once (rollouts +1)",
-                          c[f"{s}_rollout_rc"] == 0 and c[f"{s}_replicas_rolled"] == n,
-                          f"{c[f'{s}_replicas_rolled']} of {n}" +
-                          (f"; labctl rollout exited {c[f'{s}_rollout_rc']}: {err}" if c[f"{s}_rollout_rc"] else ""))
-            if mode == "resilient":
-                w = c["windows"]
-                bad = {k: w[k]["failed"] for k in ("orchestrator", "entity-service", "enrichment") if k in w}
-                check(mode, "rollouts", "zero failed requests through the orchestrator, entity-service and enrichment rollouts",
-                      len(bad) == 3 and sum(bad.values()) == 0, bad)
         # rows vs 200s for every run (reported)
         C["rows_vs_ok"] = {f["k"]: f["v"] for f in jl(f"{out}/{mode}/rows.jsonl")}
     json.dump({"counts": counts, "checks": checks}, open(f"{out}/counts.json", "w"), indent=1)
@@ -496,49 +435,6 @@ def analyze(out, modes, rate, tail, profile):
     for c in checks:
         print(f"{'PASS' if c['pass'] else 'FAIL'} {c['mode']}/{c['fault']}: {c['check']} — {c['measured']}")
     return 1 if failed or not checks else 0
-
-def rotation_gaps(log, before, lo, hi):
-    """From the gateway's log: the stretches between epochs lo and hi when no orchestrator was in
-    its rotation (it logs every endpoint leaving and joining). Starts from the rotation the
-    snapshot before the run saw (gateway_upstream_ready)."""
-    rot = set()
-    for rep, e in before.items():
-        if service(rep) == "edge-gateway":
-            for k, v in e.get("samples", {}).items():
-                n, l = labels(k)
-                if n == "gateway_upstream_ready" and v == 1:
-                    rot.add(l["endpoint"])
-    if not rot:   # a gateway without the gauge: every orchestrator, as the run started with 200s
-        rot = {e["url"] for rep, e in before.items() if service(rep) == "orchestrator"}
-    gaps, empty_since = [], None
-    try:
-        lines = open(log).read().splitlines()
-    except FileNotFoundError:
-        return None
-    for line in lines:
-        if "rotation" not in line:
-            continue
-        try:
-            j = json.loads(line)
-            ts = re.sub(r"(\.\d{6})\d*", r"\1", j["timestamp"]).replace("Z", "+00:00")
-            t = datetime.datetime.fromisoformat(ts).timestamp()
-        except (ValueError, KeyError):
-            continue
-        if t < lo or t > hi:
-            continue
-        msg, ep = j.get("message", ""), j.get("endpoint")
-        if msg.startswith("readiness passed"):
-            rot.add(ep)
-        elif "out of rotation" in msg:
-            rot.discard(ep)
-        if not rot and empty_since is None:
-            empty_since = t
-        elif rot and empty_since is not None:
-            gaps.append(t - empty_since)
-            empty_since = None
-    if empty_since is not None:
-        gaps.append(hi - empty_since)
-    return {"stretches": len(gaps), "total_ms": round(1000 * sum(gaps))}
 
 def fmt_from(o):
     return ", ".join(f"{k}: {v}" for k, v in sorted(o.items(), key=lambda kv: -kv[1])) or "—"
@@ -566,25 +462,6 @@ def findings(modes, M, tail):
                 f.append(f"**{m}, Redis back empty**: {len(kept)} of {n} replicas kept their last-known flags "
                          f"once they could read the store again (it had {fields} fields), as during the "
                          f"outage: an empty store is not taken for \"every flag at its default\".")
-        c = M[m].get("rollouts")
-        if c and "windows" in c:
-            w = c["windows"]
-            for k in ("orchestrator", "entity-service", "enrichment"):
-                if k in w and w[k]["failed"]:
-                    x = (f"**{m}, `labctl rollout restart {k}`**: {w[k]['failed']} of {w[k]['sent']} requests "
-                         f"in its window failed (gateway error rows: {fmt_from(w[k].get('failures_from', {}))})")
-                    g = c.get("no_orchestrator_in_rotation") if k == "orchestrator" else None
-                    if g:
-                        x += (f"; the gateway's log shows {g['stretches']} stretch(es), {g['total_ms']} ms in all, "
-                              "with no orchestrator in its rotation: each old replica refused connections "
-                              "from its SIGTERM on (ejected at once), and the rollout stopped the next one "
-                              "before the gateway's next probe had put the replacement back")
-                    f.append(x + ".")
-            g = c.get("enrichment_group_after") or {}
-            if g.get("lag"):
-                f.append(f"**{m}, after `labctl rollout restart enrichment`**: the group's lag was still "
-                         f"{g['lag']} events after the settle wait, partitions owned per worker "
-                         f"{g.get('partitions_owned')} — the group stopped consuming (see section 5).")
     return f
 
 def report(out, modes, counts, checks, tail):
@@ -674,54 +551,14 @@ def report(out, modes, counts, checks, tail):
         ("killed at second / back and ready after", lambda c: f"{c['kill_at_s']} / {c['back_after_s']} s"),
         ("group lag after / reached 0 after the load in", lambda c: f"{c['lag_after']} / {c['lag_zero_after_s']:.0f} s"),
     ])
-    p("## 3. Rolling restarts (SIGTERM, one replica at a time)\n")
-    p("`labctl rollout restart <service>` for orchestrator, entity-service and enrichment, then "
-      "edge-gateway, in one load run; each failure is counted in the window from its rollout's "
-      "start to the next one's (by intended send second), with the gateway's error rows of that window. "
-      "What a zero here rests on: one rollout of each service per mode in this run, each replica "
-      "replaced once (2 orchestrators, 2 entity-services, 2 enrichment workers, 1 gateway); a "
-      "repeat of this window alone is `FAULTS_MODES=resilient FAULTS_ONLY=rollouts "
-      "scripts/faults-check.sh` (docs/reports/faults.md says how many repeats were run, if any).\n")
-    order = ["before the first rollout", "orchestrator", "entity-service", "enrichment", "edge-gateway"]
-    table("rollouts", [(f"{k}: failed / sent", (lambda c, k=k: f"{c['windows'][k]['failed']} / {c['windows'][k]['sent']}")) for k in order] + [
-        (f"{k}: failed, from", (lambda c, k=k: fmt_from(c["windows"][k].get("failures_from", {})))) for k in order] + [
-        ("not answered by any gateway (whole run)", lambda c: fmt_from(c["failures_from"])),
-        ] + [(f"{s}: rollout took", (lambda c, s=s: f"{c[s + '_rollout_s']} s")) for s in order[1:]] + [
-        ("gateway failovers (refused, or closed before any answer → next replica)", lambda c: int(c["failovers"])),
-        ("gateway retries (legacy only)", lambda c: int(c["retries"])),
-        ("no orchestrator in the gateway's rotation (its log): stretches / ms", lambda c: f"{c['no_orchestrator_in_rotation']['stretches']} / {c['no_orchestrator_in_rotation']['total_ms']}"),
-        ("enrichment group after: lag / partitions owned per worker", lambda c: f"{c['enrichment_group_after']['lag']} / {c['enrichment_group_after']['partitions_owned']}"),
-    ])
-    gw = {m: M[m]["rollouts"]["windows"]["edge-gateway"]["failed"] for m in modes
-          if "edge-gateway" in M[m].get("rollouts", {}).get("windows", {})}
-    p("The gateway is not asserted: `labctl up` runs one edge-gateway replica on one port and "
-      "`labctl load` connects to that port directly — natively there is no Service, load balancer "
-      "or second replica in front of it. Between the old process closing its listener and the new "
-      "one binding the port, a new connection is refused, and nothing can route it elsewhere; how "
-      "many requests that costs depends on how many arrive in that window needing a new connection "
-      f"(this run: {', '.join(f'{m} {n}' for m, n in gw.items()) or '—'} failed in the gateway's window). "
-      "Zero needs a second gateway and something in front that routes new connections around the "
-      "one restarting (a Kubernetes Service with readiness); the native lab has neither.\n")
-    stuck = {m: M[m]["rollouts"]["enrichment_group_after"] for m in modes
-             if (M[m].get("rollouts", {}).get("enrichment_group_after") or {}).get("lag")}
-    if stuck:
-        p("After `labctl rollout restart enrichment` the consumer group stopped consuming ("
-          f"{' and '.join(stuck)} mode{'s' if len(stuck) > 1 else ''}): lag {', '.join(str(g['lag']) for g in stuck.values())} events "
-          "after the settle wait, partitions owned per worker "
-          f"{'; '.join(str(g['partitions_owned']) for g in stuck.values())}. No request failed and "
-          "nothing is lost (offsets are committed only after a write), but nothing is applied either. "
-          "It is the tansu group-coordinator wedge scripts/README.md describes (a member leaving "
-          "while the group rebalances): the rollout stops the second worker as soon as the first "
-          "one's replacement answers /readyz, which is while the group is rebalancing to take the "
-          "replacement in — unlike `labctl down`, which stops consumers one at a time.\n")
     p("## Enrichment rows vs 200 answers, every run (reported)\n")
-    p("Rows in `enrichment_documents` for each run's documents, counted after the group's lag was 0 "
-      "(the rollouts run: after the settle wait, whatever the lag). Equal unless an event was lost, "
+    p("Rows in `enrichment_documents` for each run's documents, counted after the group's lag was 0. "
+      "Equal unless an event was lost, "
       "applied twice, or published for a request that did not end in a 200 (a legacy gateway attempt "
       "abandoned while its orchestrator finished).\n")
     p("| run | " + " | ".join(modes) + " |")
     p("|---|" + "---:|" * len(modes))
-    for run in ["redis-outage", "enrichment-kill", "rollouts"]:
+    for run in ["redis-outage", "enrichment-kill"]:
         row(run, lambda mm, run=run: mm["rows_vs_ok"][run])
     p("\n## Checks\n")
     for c in checks:
@@ -904,75 +741,10 @@ fault_enrichment_kill() {
     fact "$dir" rows_distinct_docs "${r#* }"
 }
 
-# group_timeline DIR SINCE_EPOCH: every enrichment worker's log lines (starts, partitions
-# assigned and revoked, warnings, stops) since SINCE_EPOCH, merged in time order, into
-# DIR/group-timeline.txt and printed: what the consumer group did when a rollout's wait for it
-# failed.
-group_timeline() {
-    python3 - "$STATE/logs" "$2" >"$1/group-timeline.txt" <<'PY' || true
-import glob, json, os, sys
-from datetime import datetime
-since = float(sys.argv[2])
-rows = []
-for f in sorted(glob.glob(os.path.join(sys.argv[1], "enrichment-*.log"))):
-    for line in open(f, errors="replace"):
-        try:
-            e = json.loads(line)
-        except ValueError:
-            continue
-        m = e.get("message", "")
-        if m == "logging initialised":
-            continue
-        t = datetime.fromisoformat(e["timestamp"].replace("Z", "+00:00")).timestamp()
-        if t >= since:
-            extra = {k: v for k, v in e.items() if k not in ("timestamp", "level", "message", "target")}
-            rows.append((t, os.path.basename(f)[:-4], e.get("level", ""), m, extra))
-for t, who, lvl, m, extra in sorted(rows):
-    print(f"{t - since:7.2f}s {who:13} {lvl:5} {m} {json.dumps(extra) if extra else ''}")
-PY
-    say "$MODE: the enrichment group since the load started (seconds from its start):"
-    sed 's/^/    /' "$1/group-timeline.txt" | tail -n 40
-}
-
-fault_rollouts() {
-    local dir="$1/rollouts" s rc
-    mkdir -p "$dir"
-    say "$MODE: rolling restarts mid-load: orchestrator, entity-service, enrichment, edge-gateway (24 s)"
-    snap "$dir" before
-    start_load "$dir" 24
-    at 3
-    for s in orchestrator entity-service enrichment edge-gateway; do
-        snap "$dir" "pre-$s"   # the gateway's error counters per rollout window
-        mark "$dir" "rollout-$s-start"
-        rc=0
-        "${LABCTL[@]}" rollout restart "$s" >"$dir/rollout-$s.log" 2>&1 || rc=$?
-        mark "$dir" "rollout-$s-end"
-        fact "$dir" "rollout_${s}_rc" "$rc"
-        if ((rc != 0)); then
-            cat "$dir/rollout-$s.log"
-            say "$MODE: rollout restart $s failed (exit $rc)"
-            # What labctl said, for the check's line in the summary (the log above scrolls away).
-            fact "$dir" "rollout_${s}_error" "$(grep -v '^ *$' "$dir/rollout-$s.log" | tail -n 1 | cut -c1-400)"
-            if [[ "$s" == enrichment ]]; then
-                group_timeline "$dir" "$(getfact "$dir" load_t0_epoch)"
-                # The group's last moves, into the summary line too (CI shows the output's tail).
-                fact "$dir" "rollout_${s}_error" "$(getfact "$dir" "rollout_${s}_error") | group, last moves: $(tail -n 8 "$dir/group-timeline.txt" | tr -s ' ' | paste -sd '|')"
-            fi
-        fi
-        sleep 1
-    done
-    wait_load "$dir"
-    wait_for 60 all_ready || say "$MODE: not every replica ready after the rollouts"
-    snap "$dir" after
-    sleep 2
-    settle_enrichment "$dir" 12
-    snap "$dir" settled   # the group after the enrichment rollout: partitions owned per worker
-}
-
 # rows_vs_ok MODE_DIR: after the mode's last run, every run's rows next to its 200s (reported).
 rows_vs_ok() {
     local f ok r
-    for f in redis-outage enrichment-kill rollouts; do
+    for f in redis-outage enrichment-kill; do
         [[ -f "$1/$f/load.json" ]] || continue
         ok="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["by_status"].get("200", 0))' "$1/$f/load.json")"
         r="$(rows "$(getfact "$1/$f" seed)")"
@@ -1002,7 +774,6 @@ for MODE in $MODES; do
     wait_load "$MDIR/warmup"
     if wants redis-outage; then fault_redis_outage "$MDIR"; fi
     if wants enrichment-kill; then fault_enrichment_kill "$MDIR"; fi
-    if wants rollouts; then fault_rollouts "$MDIR"; fi
     rows_vs_ok "$MDIR"
     "${LABCTL[@]}" down >/dev/null 2>&1 || true
     cp -r "$STATE/logs" "$MDIR/logs"
