@@ -335,6 +335,28 @@ pub fn list() {
     }
 }
 
+/// Refuse what the ablation cannot run: a load past 3× the stale capacity, an `--only` cell
+/// the matrix lacks, a lab-wide `--policy` (policies are cells of their own here).
+fn check_args(args: &AblateArgs, all: &[Cell]) -> anyhow::Result<()> {
+    args.cells.validate()?;
+    anyhow::ensure!(
+        args.stale_utilisation > 0.0 && args.stale_utilisation <= 3.0,
+        "--stale-utilisation must be in (0, 3]"
+    );
+    for id in &args.only {
+        anyhow::ensure!(
+            all.iter().any(|c| &c.id == id),
+            "--only {id}: no such cell (labctl ablate --list)"
+        );
+    }
+    anyhow::ensure!(
+        args.cells.lab.policy.is_none(),
+        "labctl ablate: name policies with --policies A.toml,B.toml (each becomes a cell scored \
+         against the lab's fix; the other cells keep the lab's own client)"
+    );
+    Ok(())
+}
+
 /// A cell per `--policies` file: the team's policy in resilient mode, every control on.
 fn policy_cells(args: &AblateArgs) -> anyhow::Result<Vec<Cell>> {
     let mut cells = Vec::new();
@@ -400,23 +422,8 @@ fn specs(
 }
 
 pub async fn run(args: &AblateArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> anyhow::Result<()> {
-    args.cells.validate()?;
-    anyhow::ensure!(
-        args.stale_utilisation > 0.0 && args.stale_utilisation <= 3.0,
-        "--stale-utilisation must be in (0, 3]"
-    );
     let all = matrix();
-    for id in &args.only {
-        anyhow::ensure!(
-            all.iter().any(|c| &c.id == id),
-            "--only {id}: no such cell (labctl ablate --list)"
-        );
-    }
-    anyhow::ensure!(
-        args.cells.lab.policy.is_none(),
-        "labctl ablate: name policies with --policies A.toml,B.toml (each becomes a cell scored \
-         against the lab's fix; the other cells keep the lab's own client)"
-    );
+    check_args(args, &all)?;
     let policy_cells = policy_cells(args)?;
     let chosen = chosen(args, &all, &policy_cells);
     let q = args.cells.quick;

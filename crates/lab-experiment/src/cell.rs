@@ -602,6 +602,23 @@ async fn run_one(
     let outcome = engine::execute(&run, g, keys.to_vec()).await;
     lab_native::down(&g.state_dir).await?;
     let outcome = outcome?;
+    let result = result_of(spec, rep, started, dir, &outcome)?;
+    std::fs::write(
+        dir.join("load.json"),
+        serde_json::to_vec(&outcome.load.per_second)?,
+    )?;
+    Ok(result)
+}
+
+/// A cell's result from its run: ANALYZE's end, the recovery after it, the aggregates over the
+/// stale window and the per-second figures, and whatever makes the cell invalid.
+fn result_of(
+    spec: &CellSpec,
+    rep: u32,
+    started: Instant,
+    dir: &Path,
+    outcome: &engine::Outcome,
+) -> anyhow::Result<CellResult> {
     let analyze_end = outcome
         .actions
         .iter()
@@ -655,10 +672,6 @@ async fn run_one(
         seconds: started.elapsed().as_secs_f64(),
         dir: dir.to_path_buf(),
     };
-    std::fs::write(
-        dir.join("load.json"),
-        serde_json::to_vec(&outcome.load.per_second)?,
-    )?;
     Ok(result)
 }
 

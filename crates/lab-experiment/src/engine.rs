@@ -311,29 +311,49 @@ pub async fn execute(
     let load_report = load_task.await.context("load generator panicked")??;
     store.reset().await?;
     let actions = clock.finish().await;
+    let outcome = measured(
+        sc,
+        (&seconds, &phase_starts),
+        targets,
+        &ticks,
+        load_report,
+        actions,
+    );
+    write_series(&run.out.join("series.jsonl"), &outcome.targets, &ticks)?;
+    keep_worst_trace(run).await;
+    Ok(outcome)
+}
 
+/// What the run measured: every phase's summary and 5xx by origin, and the run's own
+/// bookkeeping, from its ticks and its load.
+fn measured(
+    sc: &Scenario,
+    (seconds, phase_starts): (&[u64], &[f64]),
+    targets: Vec<Target>,
+    ticks: &[Tick],
+    load: LoadReport,
+    actions: Vec<ActionRun>,
+) -> Outcome {
     let series = Series {
         targets: &targets,
-        ticks: &ticks,
+        ticks,
     };
     let phases = phase_reports(
         sc,
-        &seconds,
-        &phase_starts,
+        seconds,
+        phase_starts,
         &series,
-        &load_report.per_second,
+        &load.per_second,
         &actions,
     );
-    let consistency = report::consistency(&series, &load_report);
-    write_series(&run.out.join("series.jsonl"), &targets, &ticks)?;
-    keep_worst_trace(run).await;
-    Ok(Outcome {
+    let consistency = report::consistency(&series, &load);
+    Outcome {
         phases,
         targets,
-        load: load_report,
+        load,
         consistency,
         actions,
-    })
+    }
 }
 
 /// The flags a run starts from: every flag reset, the client mode and the run's extra flags,

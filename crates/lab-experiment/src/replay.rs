@@ -300,6 +300,54 @@ async fn set_resilient(g: &Globals) -> anyhow::Result<()> {
 }
 
 /// Step 1.
+/// The 03:00 backfill's first step, unless an earlier run already populated `locale`; whether
+/// it ran.
+async fn populate_if_needed(g: &Globals, log: &Path) -> anyhow::Result<bool> {
+    let client = lab_db::inspect::connect(&g.database_url).await?;
+    let populated = lab_db::inspect::table_status(&client)
+        .await?
+        .locale_null_frac
+        .is_some_and(|f| f < 0.9);
+    if !populated {
+        println!("  the backfill (03:00): populating locale, autovacuum off");
+        act(
+            g,
+            Action::Backfill(Job::Backfill(Some(Step::Populate))),
+            log,
+        )
+        .await?;
+    }
+    Ok(!populated)
+}
+
+/// The replay's rate from the capacities measured: `stale_utilisation` × the stale capacity, the
+/// healthy lab's utilisation at it, whether that stays inside the postmortem's steady state,
+/// and what a reader must know about it.
+fn operating_point(
+    stale_utilisation: f64,
+    healthy: f64,
+    stale: f64,
+) -> (f64, f64, bool, Vec<String>) {
+    let rate = (stale_utilisation * stale).max(1.0);
+    let healthy_utilisation = rate / healthy;
+    let mut notes = vec![format!(
+        "rate = {:.2} × stale capacity {stale:.0} rps = {rate:.0} rps",
+        stale_utilisation
+    )];
+    let ok = healthy_utilisation <= HEALTHY_UTILISATION_MAX;
+    if !ok {
+        notes.push(format!(
+            "the healthy lab runs at {:.0}% of its capacity at this rate — above the {:.0}% the \
+             postmortem's steady state allows: the plan flip costs this machine too little \
+             ({:.2}x) to leave the healthy lab comfortably inside capacity",
+            100.0 * healthy_utilisation,
+            100.0 * HEALTHY_UTILISATION_MAX,
+            stale / healthy
+        ));
+    }
+    (rate, healthy_utilisation, ok, notes)
+}
+
 pub(super) async fn calibrate(
     args: &ReplayArgs,
     g: &Globals,
@@ -328,20 +376,7 @@ pub(super) async fn calibrate(
     let healthy = healthy_probe.mean;
     let steady_rss_mb = orchestrator_rss_mb(g).await;
     println!("  healthy capacity: {healthy:.0} rps (warm caches); steady orchestrator RSS {steady_rss_mb:?} MB");
-    let client = lab_db::inspect::connect(&g.database_url).await?;
-    let populated = lab_db::inspect::table_status(&client)
-        .await?
-        .locale_null_frac
-        .is_some_and(|f| f < 0.9);
-    if !populated {
-        println!("  the backfill (03:00): populating locale, autovacuum off");
-        act(
-            g,
-            Action::Backfill(Job::Backfill(Some(Step::Populate))),
-            &log,
-        )
-        .await?;
-    }
+    let backfill_ran = populate_if_needed(g, &log).await?;
     println!("  the plan flip (09:41): backfill --only invalidate");
     act(g, Action::INVALIDATE, &log).await?;
     let (stale_probe, _) = closed_loop(
@@ -363,23 +398,8 @@ pub(super) async fn calibrate(
          lab seeded (labctl seed) and answering? See {}",
         log.display()
     );
-    let rate = (args.stale_utilisation * stale).max(1.0);
-    let healthy_utilisation = rate / healthy;
-    let mut notes = vec![format!(
-        "rate = {:.2} × stale capacity {stale:.0} rps = {rate:.0} rps",
-        args.stale_utilisation
-    )];
-    let ok = healthy_utilisation <= HEALTHY_UTILISATION_MAX;
-    if !ok {
-        notes.push(format!(
-            "the healthy lab runs at {:.0}% of its capacity at this rate — above the {:.0}% the \
-             postmortem's steady state allows: the plan flip costs this machine too little \
-             ({:.2}x) to leave the healthy lab comfortably inside capacity",
-            100.0 * healthy_utilisation,
-            100.0 * HEALTHY_UTILISATION_MAX,
-            stale / healthy
-        ));
-    }
+    let (rate, healthy_utilisation, ok, notes) =
+        operating_point(args.stale_utilisation, healthy, stale);
     let memory_limit_bytes = match args.memory_limit.as_deref() {
         Some("none") => None,
         Some(s) => Some(lab_native::cgroup::parse_size(s)?),
@@ -399,7 +419,7 @@ pub(super) async fn calibrate(
         healthy_utilisation_ok: ok,
         steady_rss_mb,
         memory_limit_bytes,
-        backfill_ran: !populated,
+        backfill_ran,
         seconds: started.elapsed().as_secs_f64(),
         notes,
     })

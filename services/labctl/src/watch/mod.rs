@@ -44,6 +44,44 @@ fn read_status(state_dir: &Path) -> Option<Status> {
     serde_json::from_slice(&bytes).ok()
 }
 
+/// The last `keep` ticks scraped, and how a frame is made of them.
+struct Window<'a> {
+    started: Instant,
+    keep: usize,
+    state_dir: &'a Path,
+    ticks: VecDeque<Tick>,
+}
+
+impl Window<'_> {
+    fn step(&mut self, scrapes: Vec<lab_report::series::Scrape>) {
+        self.ticks.push_back(Tick {
+            t: self.started.elapsed().as_secs_f64(),
+            phase: 0,
+            scrapes,
+        });
+        while self.ticks.len() > self.keep {
+            self.ticks.pop_front();
+        }
+    }
+
+    fn view(&self, targets: &[lab_experiment::scrape::Target], problem: Option<String>) -> View {
+        let last = self.ticks.back();
+        let up = last.map_or(0, |t| t.scrapes.iter().filter(|s| s.is_some()).count());
+        View {
+            run: RunSeries {
+                targets: targets.to_vec(),
+                ticks: self.ticks.iter().cloned().collect(),
+                load: Vec::new(),
+                phases: Vec::new(),
+            },
+            status: read_status(self.state_dir),
+            problem,
+            up,
+            known: targets.len(),
+        }
+    }
+}
+
 /// `labctl watch`.
 pub async fn run(args: &WatchArgs, state_dir: &Path) -> anyhow::Result<()> {
     let source = match &args.targets {
@@ -58,54 +96,38 @@ pub async fn run(args: &WatchArgs, state_dir: &Path) -> anyhow::Result<()> {
         TargetSource::Native(dir) => engine::native_targets(dir).map(|t| t.0).unwrap_or_default(),
     };
     let started = Instant::now();
-    let mut ticks: VecDeque<Tick> = VecDeque::new();
-    let window = args.window.clamp(10, 3600);
-    let step = |ticks: &mut VecDeque<Tick>, scrapes| {
-        ticks.push_back(Tick {
-            t: started.elapsed().as_secs_f64(),
-            phase: 0,
-            scrapes,
-        });
-        while ticks.len() > window + 1 {
-            ticks.pop_front();
-        }
+    let mut w = Window {
+        started,
+        keep: args.window.clamp(10, 3600) + 1,
+        state_dir,
+        ticks: VecDeque::new(),
     };
-    let view = |ticks: &VecDeque<Tick>,
-                targets: &[lab_experiment::scrape::Target],
-                problem: Option<String>| {
-        let last = ticks.back();
-        let up = last.map_or(0, |t| t.scrapes.iter().filter(|s| s.is_some()).count());
-        View {
-            run: RunSeries {
-                targets: targets.to_vec(),
-                ticks: ticks.iter().cloned().collect(),
-                load: Vec::new(),
-                phases: Vec::new(),
-            },
-            status: read_status(state_dir),
-            problem,
-            up,
-            known: targets.len(),
-        }
-    };
-
     if let Some(seconds) = args.once {
         let end = started + Duration::from_secs(seconds.max(2));
         let mut problem = None;
         while Instant::now() < end {
             match engine::scrape_once(&http, &source, &mut targets).await {
                 Ok(s) => {
-                    step(&mut ticks, s);
+                    w.step(s);
                     problem = None;
                 }
                 Err(e) => problem = Some(format!("{e}")),
             }
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
-        print!("{}", render_text(&view(&ticks, &targets, problem), 80, 24)?);
+        print!("{}", render_text(&w.view(&targets, problem), 80, 24)?);
         return Ok(());
     }
+    interactive(&mut w, &http, &source, &mut targets).await
+}
 
+/// The live frame, redrawn every second until `q`, Esc or Ctrl-C.
+async fn interactive(
+    w: &mut Window<'_>,
+    http: &reqwest::Client,
+    source: &TargetSource,
+    targets: &mut Vec<lab_experiment::scrape::Target>,
+) -> anyhow::Result<()> {
     // Keys on a thread of their own: crossterm's reader blocks.
     let (keys_tx, mut keys) = tokio::sync::mpsc::unbounded_channel();
     std::thread::spawn(move || loop {
@@ -126,14 +148,14 @@ pub async fn run(args: &WatchArgs, state_dir: &Path) -> anyhow::Result<()> {
             tokio::select! {
                 _ = tick.tick() => {
                     // A lab that goes away (a replay between its runs) is said, not fatal.
-                    let problem = match engine::scrape_once(&http, &source, &mut targets).await {
+                    let problem = match engine::scrape_once(http, source, targets).await {
                         Ok(s) => {
-                            step(&mut ticks, s);
+                            w.step(s);
                             None
                         }
                         Err(e) => Some(format!("{e}")),
                     };
-                    let v = view(&ticks, &targets, problem);
+                    let v = w.view(targets, problem);
                     terminal.draw(|f| draw(f, &v))?;
                 }
                 Some(k) = keys.recv() => {
