@@ -74,9 +74,15 @@ pub async fn restart(dep: Dependency, database_url: &str, log: &Log) -> anyhow::
 
 async fn restart_postgres(database_url: &str, log: &Log) -> anyhow::Result<()> {
     let url = url::Url::parse(database_url).context("the lab's database URL")?;
-    let host = url.host_str().unwrap_or("localhost").to_string();
+    // `[::1]` in a URL is `::1` to pg_isready.
+    let host = url
+        .host_str()
+        .unwrap_or("localhost")
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string();
     anyhow::ensure!(
-        ["127.0.0.1", "localhost", "::1", "[::1]"].contains(&host.as_str()),
+        ["127.0.0.1", "localhost", "::1"].contains(&host.as_str()),
         "fault restart postgres: the lab's database is on {host}, not on this machine; restart \
          it where it runs"
     );

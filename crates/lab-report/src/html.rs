@@ -153,15 +153,26 @@ struct Run {
     mode: String,
     fix: bool,
     steps: Vec<Verdict>,
+    /// The summary's verdicts could not be read (said on the page, not drawn as "none").
+    unreadable: Option<String>,
 }
 
 impl Run {
     fn of(mode: &str, steps: &Value) -> Run {
+        // A summary written before game days judged their steps has none: no verdicts, not
+        // an error. Anything else that does not read as verdicts is said.
+        let (steps, unreadable) = match steps {
+            Value::Null => (Vec::new(), None),
+            v => match serde_json::from_value(v.clone()) {
+                Ok(s) => (s, None),
+                Err(e) => (Vec::new(), Some(e.to_string())),
+            },
+        };
         Run {
             mode: mode.to_string(),
             fix: !mode.eq_ignore_ascii_case("legacy"),
-            // Older summaries may lack a field: their steps are drawn as not judged.
-            steps: serde_json::from_value(steps.clone()).unwrap_or_default(),
+            steps,
+            unreadable,
         }
     }
 }
@@ -199,6 +210,16 @@ fn checks_html(v: &Verdict) -> String {
 /// The postmortem's timeline, step by step: its time and words, then per run the checks
 /// measured and the verdict.
 fn timeline(html: &mut String, phases: &Value, runs: &[Run]) {
+    for r in runs {
+        if let Some(e) = &r.unreadable {
+            let _ = writeln!(
+                html,
+                "<p class=no>{}: the summary's verdicts could not be read ({})</p>",
+                esc(&r.mode),
+                esc(e)
+            );
+        }
+    }
     if runs.iter().all(|r| r.steps.is_empty()) {
         return;
     }
@@ -344,6 +365,27 @@ mod tests {
             std::fs::copy(src.join(f), dir.join(f)).unwrap();
         }
         dir
+    }
+
+    #[test]
+    fn the_published_replays_steps_read_back_as_verdicts_and_a_broken_one_is_said() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../docs/reports/data/replay-incident-summary.json");
+        let s: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+        for m in s["modes"].as_array().unwrap() {
+            let run = Run::of(m["mode"].as_str().unwrap(), &m["steps"]);
+            assert_eq!(run.unreadable, None);
+            assert_eq!(run.steps.len(), 10, "every step of the incident");
+            assert!(run.steps.iter().all(|v| !v.checks.is_empty()));
+        }
+        let mut html = String::new();
+        let broken = serde_json::json!([{"phase": "x", "outcome": "maybe", "checks": []}]);
+        timeline(&mut html, &Value::Null, &[Run::of("Legacy", &broken)]);
+        assert!(html.contains("could not be read"), "{html}");
+        // A summary from before game days judged their steps: nothing said, nothing drawn.
+        html.clear();
+        timeline(&mut html, &Value::Null, &[Run::of("Legacy", &Value::Null)]);
+        assert!(html.is_empty(), "{html}");
     }
 
     #[test]

@@ -85,12 +85,20 @@ fn tally(mode: &str, verdicts: &[Verdict]) -> Option<String> {
     ))
 }
 
-fn verdicts(v: &Value) -> Vec<Verdict> {
-    serde_json::from_value(v.clone()).unwrap_or_default()
-}
-
-fn checks(v: &Value) -> Vec<Check> {
-    serde_json::from_value(v.clone()).unwrap_or_default()
+/// `v` read as `T`s: none where the summary has none (older ones), and what could not be read
+/// named in `unreadable` (the index says so; it does not draw it as "no verdicts").
+fn read<T: serde::de::DeserializeOwned>(
+    v: &Value,
+    what: &str,
+    unreadable: &mut Vec<String>,
+) -> Vec<T> {
+    if v.is_null() {
+        return Vec::new();
+    }
+    serde_json::from_value(v.clone()).unwrap_or_else(|e| {
+        unreadable.push(format!("{what} unreadable: {e}"));
+        Vec::new()
+    })
 }
 
 /// The run in `dir` (relative `rel`), if `dir` holds one.
@@ -103,26 +111,30 @@ fn entry(dir: &Path, rel: &Path) -> Option<Entry> {
     let summary: Value = serde_json::from_slice(&std::fs::read(dir.join(file)).ok()?).ok()?;
     let kind = Kind::of(dir, &summary)?;
     let mut lines = Vec::new();
+    let mut bad = Vec::new();
     let mut consistency: Vec<Check> = Vec::new();
     match kind {
         Kind::GameDay => {
             let mode = summary["mode"].as_str().unwrap_or("?").to_lowercase();
-            lines.extend(tally(&mode, &verdicts(&summary["steps"])));
-            lines.extend(
-                tally(&mode, &verdicts(&summary["expectations"])).map(|t| format!("{t} (expect)")),
-            );
-            consistency = checks(&summary["consistency"]);
+            lines.extend(tally(&mode, &read(&summary["steps"], "steps", &mut bad)));
+            let expect = read(&summary["expectations"], "expectations", &mut bad);
+            lines.extend(tally(&mode, &expect).map(|t| format!("{t} (expect)")));
+            consistency = read(&summary["consistency"], "consistency", &mut bad);
         }
         Kind::Replay => {
             for m in summary["modes"].as_array().into_iter().flatten() {
                 let mode = m["mode"].as_str().unwrap_or("?").to_lowercase();
-                lines.extend(tally(&mode, &verdicts(&m["steps"])));
-                consistency.extend(checks(&m["consistency"]));
+                lines.extend(tally(&mode, &read(&m["steps"], "steps", &mut bad)));
+                consistency.extend(read::<Check>(&m["consistency"], "consistency", &mut bad));
             }
         }
-        Kind::Ablation => lines.extend(tally("claims", &verdicts(&summary["claims"]))),
+        Kind::Ablation => lines.extend(tally(
+            "claims",
+            &read(&summary["claims"], "claims", &mut bad),
+        )),
         Kind::Repeats | Kind::Map => {}
     }
+    lines.extend(bad);
     let page = ["report.html", "repeats.md", "map.md", "ablate.md"]
         .iter()
         .map(|f| rel.join(f))
@@ -252,11 +264,31 @@ mod tests {
             serde_json::to_vec(&bad).unwrap(),
         )
         .unwrap();
+        let mut odd = bad.clone();
+        odd["consistency"][0]["ok"] = Value::Bool(true);
+        odd["steps"] = serde_json::json!([{"phase": "x", "outcome": "maybe"}]);
+        std::fs::write(
+            root.join("check/a-legacy/summary.json"),
+            serde_json::to_vec(&odd).unwrap(),
+        )
+        .unwrap();
         let list = entries(&root).unwrap();
         let dirs: Vec<String> = list.iter().map(|e| e.dir.display().to_string()).collect();
         assert_eq!(dirs, ["check/a-legacy", "check/b-legacy", "gd"]);
         assert!(list.iter().all(|e| e.kind == Kind::GameDay));
         assert_eq!(list[0].consistent, Some(true));
+        assert!(
+            list[0]
+                .verdicts
+                .iter()
+                .any(|v| v.starts_with("steps unreadable")),
+            "{:?}",
+            list[0].verdicts
+        );
+        assert!(
+            list[2].verdicts.is_empty(),
+            "a summary with no steps has no verdicts"
+        );
         assert_eq!(list[1].consistent, Some(false));
         assert_eq!(list[2].page, Some(PathBuf::from("gd/report.html")));
         let page = std::fs::read_to_string(render(&root).unwrap()).unwrap();
