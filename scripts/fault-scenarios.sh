@@ -9,15 +9,22 @@
 #                      last seconds lose nothing, no lab process restarts
 #   rollouts           rollout restart of every service under load: the fixed client loses no
 #                      request through the orchestrator, entity-service and enrichment rollouts
+#   redis-outage       fault stop redis for 30 s under load: every replica keeps its flags, the
+#                      limiter fails open, no request fails, a flag set meanwhile is refused and
+#                      one set after reaches every replica
+#   enrichment-kill    fault kill enrichment-1 mid-stream: once the lag is 0, every 200 has
+#                      exactly one enrichment row
 #
-# Bounded: 2 runs per file of ~20 s each at the file's rate (50 rps), only to 127.0.0.1, on ports
+# Bounded: 2 runs per file of 20-50 s each at the file's rate (50 rps), only to 127.0.0.1, on ports
 # of its own (25xxx), its own database (retry_storm_lab_faults, seeded --small once) and state
-# dir; the lab is stopped on every exit path. postgres-restart restarts the machine's PostgreSQL
-# cluster: run the script alone (CI runs it serially; by hand: flock -x /tmp/lab-heavy.lock
-# scripts/fault-scenarios.sh). It refuses to run while a native lab is up in .lab (same flags).
+# dir; the lab is stopped and Redis up again on every exit path. postgres-restart restarts the
+# machine's PostgreSQL cluster and redis-outage stops its Redis: run the script alone (CI runs
+# it serially; by hand: flock -x /tmp/lab-heavy.lock scripts/fault-scenarios.sh). It refuses to
+# run while a native lab is up in .lab (same flags).
 #
 # Env: CARGO_TARGET_DIR, LAB_TOOLS_DIR, KAFKA_BOOTSTRAP (127.0.0.1:9092), FAULT_SCENARIOS_OUT (default
-#      .lab/reports/fault-scenarios-<unix time>), FAULT_SCENARIOS_MODES ("resilient legacy").
+#      .lab/reports/fault-scenarios-<unix time>), FAULT_SCENARIOS_MODES ("resilient legacy"),
+#      FAULT_SCENARIOS_ONLY (file names without .yaml, e.g. "redis-outage"; default: every file).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -33,6 +40,13 @@ KAFKA="${KAFKA_BOOTSTRAP:-127.0.0.1:9092}"   # the enrichment workers' broker (r
 for m in $MODES; do [[ "$m" == resilient || "$m" == legacy ]] || die "FAULT_SCENARIOS_MODES: $m?"; done
 shopt -s nullglob
 FILES=(load/scenarios/faults/*.yaml)
+if [[ -n "${FAULT_SCENARIOS_ONLY:-}" ]]; then
+    FILES=()
+    for n in $FAULT_SCENARIOS_ONLY; do
+        [[ -f "load/scenarios/faults/$n.yaml" ]] || die "FAULT_SCENARIOS_ONLY: no load/scenarios/faults/$n.yaml"
+        FILES+=("load/scenarios/faults/$n.yaml")
+    done
+fi
 ((${#FILES[@]} > 0)) || die "no scenario file in load/scenarios/faults/"
 
 # shellcheck source=lib/own_lab.sh
@@ -42,13 +56,18 @@ own_lab_up faults $GW $ORCH $ENT $ENR "$KAFKA"
 mkdir -p "$OUT"
 say "${#FILES[@]} fault scenario(s) × modes: $MODES (report: $OUT)"
 failed=()
+# A seed per run and per invocation: every run sends documents no earlier run sent (on this lab,
+# whose caches would otherwise hold them, and in its database, whose enrichment rows
+# enrichment-kill counts as the run's own).
+SEED=$(( ($(date +%s) % 10000000) * 100 ))   # < 10^9: doc indexes stay within bigint
 for f in "${FILES[@]}"; do
     name="$(basename "$f" .yaml)"
     for mode in $MODES; do
         run="$OUT/$name-$mode"
         rc=0
+        SEED=$((SEED + 1))
         "${LABCTL[@]}" gameday "$f" --mode "$mode" --strict --gateway "http://127.0.0.1:$GW" \
-            --out "$run" >"$run.log" 2>&1 || rc=$?
+            --seed "$SEED" --out "$run" >"$run.log" 2>&1 || rc=$?
         if [[ -f "$run/summary.md" ]]; then
             # The verdicts, one line each (the section the game day writes).
             awk '/^Verdicts, phase by phase:/ { on = 1; next } on && /^- / { print "    " $0 }

@@ -2,8 +2,8 @@
 # scripts/lib/own_lab.sh — sourced, not run: a native lab of a check's own, as k6-check.sh and
 # scenarios-check.sh run one — a debug build (cached after the tests), its own database and seed
 # files, a temporary state dir, its own ports, no tracing and no Kafka (unless asked); on exit it
-# is stopped and the runtime flags (shared with any native lab through Redis) are reset. Needs
-# common.sh.
+# is stopped, Redis started again if a fault left it down, and the runtime flags (shared with any
+# native lab through Redis) are reset. Needs common.sh.
 #
 #   refuse_if_lab_up               die when a native lab is up in .lab: a check sets the runtime
 #                                  flags in the same Redis
@@ -26,6 +26,9 @@ refuse_if_lab_up() {
 
 own_lab_down() {
     "${LABCTL[@]}" down >/dev/null 2>&1 || true
+    # A run that stopped Redis (fault stop redis) and did not get to start it: started again with
+    # the configuration it had (nothing to do when it answers).
+    "${LABCTL[@]}" fault start redis >/dev/null 2>&1 || say "Redis did NOT come back: bash scripts/deps.sh"
     "${LABCTL[@]}" flags reset >/dev/null 2>&1 || true
     rm -rf "$OWN_LAB_STATE"
 }

@@ -2,8 +2,9 @@
 """docs/reports/rollouts-repeat.md from the counts.json of repeated rollout windows.
 
 Each input is the counts.json that `FAULTS_MODES=resilient FAULTS_ONLY=rollouts
-scripts/faults-check.sh` writes (one fresh native lab, 50 rps open loop, `labctl rollout restart`
-of orchestrator, entity-service, enrichment, then edge-gateway). Usage:
+scripts/faults-check.sh` wrote (one fresh native lab, 50 rps open loop, `labctl rollout restart`
+of orchestrator, entity-service, enrichment, then edge-gateway). That script is gone (the rollouts
+are load/scenarios/faults/rollouts.yaml); this redraws the committed data. Usage:
     scripts/lib/rollouts_repeat.py docs/reports/data/rollouts-repeat/*.json > docs/reports/rollouts-repeat.md
 """
 import json

@@ -20,7 +20,7 @@ use std::str::FromStr;
 
 use anyhow::Context;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{ConnectOptions, Connection, Executor, PgConnection};
+use sqlx::{ConnectOptions, Connection, Executor};
 
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
 
@@ -205,6 +205,31 @@ pub async fn connect(url: &str) -> anyhow::Result<PgConnection> {
     PgConnection::connect(url)
         .await
         .with_context(|| format!("connecting to {url}"))
+}
+
+pub use sqlx::PgConnection;
+
+/// Enrichment rows, and distinct (tenant, document) among them, of the documents whose
+/// `doc_<tenant>_<index>` index is in `docs` (one load run's documents, `lab_load`'s
+/// `stream_documents`): what the run left in the database, for counting against its 200s.
+pub async fn enrichment_rows(
+    conn: &mut PgConnection,
+    docs: std::ops::Range<u64>,
+) -> anyhow::Result<(i64, i64)> {
+    let lo = i64::try_from(docs.start).context("document index range beyond bigint")?;
+    let hi = i64::try_from(docs.end).context("document index range beyond bigint")?;
+    let row: (i64, i64) = sqlx::query_as(
+        "SELECT count(*), count(DISTINCT (tenant_id, doc_id)) FROM enrichment_documents \
+         WHERE doc_id ~ '^doc_[0-9]+_[0-9]+$' \
+         AND split_part(doc_id, '_', 3)::numeric >= $1 \
+         AND split_part(doc_id, '_', 3)::numeric < $2",
+    )
+    .bind(lo)
+    .bind(hi)
+    .fetch_one(conn)
+    .await
+    .context("counting the run's enrichment rows")?;
+    Ok(row)
 }
 
 /// The statements entity-service prepares on every pooled connection. They live here so that

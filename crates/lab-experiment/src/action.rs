@@ -5,19 +5,21 @@
 //! a terminal as `labctl <words>`. Here they are parsed, whole, when the scenario loads (a
 //! misspelt service or a missing `--replicas` refuses the file, not the run 20 minutes in), and
 //! executed in process: the database trigger through `lab_trigger`, the fleet's operations
-//! through [`Lab`]. What each action did goes, line by line, to the run's `actions.log`.
+//! through [`Lab`], a dependency's fault through `lab_native::deps`, a flag through the flag
+//! store. What each action did goes, line by line, to the run's `actions.log`.
 
 use std::fmt;
 use std::str::FromStr;
 
+use anyhow::Context;
 use clap::Parser;
-use lab_native::deps::Dependency;
+use lab_native::deps::{self, Dependency, Deps};
 use lab_native::{Lab, Log, Replica, Service};
-use lab_trigger::backfill::{self, Job, Step};
+use lab_trigger::backfill::{self, Job, Step as BackfillStep};
 use lab_trigger::remediate::{self, Remedy};
 
 /// One action of a timeline.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(try_from = "String", into = "String")]
 pub enum Action {
     /// The 03:00 backfill, one of its steps, or the pre-incident state restored.
@@ -34,6 +36,13 @@ pub enum Action {
     Kill(Replica),
     /// A dependency restarted under load (PostgreSQL: every connection dropped).
     Restart(Dependency),
+    /// A dependency taken away (Redis: shut down, it comes back empty), until `Start`.
+    Stop(Dependency),
+    /// A dependency `Stop` took away, started again with the configuration it had.
+    Start(Dependency),
+    /// A runtime flag set in the flag store (checked against the flags' definitions when the
+    /// scenario loads), as `labctl flags set` sets it.
+    SetFlag { flag: String, variant: String },
 }
 
 #[derive(Debug, Clone, clap::Subcommand)]
@@ -80,6 +89,12 @@ pub enum FaultCommand {
     /// Restart a dependency of the lab under load and wait until it answers again: `postgres`
     /// (its cluster on this machine, with pg_ctlcluster: every pool's connections dropped).
     Restart { dependency: Dependency },
+    /// Take a dependency away until `fault start`: `redis` (SHUTDOWN NOSAVE: the flag store and
+    /// the rate limiter gone; it comes back empty). Returns once it no longer answers.
+    Stop { dependency: Dependency },
+    /// Start a dependency `fault stop` took away, with the configuration it had, and wait until
+    /// it answers (nothing to do if it answers already).
+    Start { dependency: Dependency },
 }
 
 /// The fleet's operations in labctl's words: `labctl rollout|scale|limits …` at a terminal and a
@@ -113,7 +128,7 @@ pub enum OpsWords {
 impl OpsWords {
     /// The action these words name (a replica count the native lab cannot run is refused).
     pub fn action(self) -> anyhow::Result<Action> {
-        Ok(match self {
+        match self {
             OpsWords::Rollout {
                 command: RolloutCommand::Restart { service },
             } => Action::RolloutRestart(service),
@@ -130,7 +145,33 @@ impl OpsWords {
             OpsWords::Fault {
                 command: FaultCommand::Restart { dependency },
             } => Action::Restart(dependency),
-        })
+            OpsWords::Fault {
+                command: FaultCommand::Stop { dependency },
+            } => Action::Stop(dependency),
+            OpsWords::Fault {
+                command: FaultCommand::Start { dependency },
+            } => Action::Start(dependency),
+        }
+        .supported()
+    }
+}
+
+impl Action {
+    /// Refuse, when the words are read, a fault the lab does not do to that dependency.
+    fn supported(self) -> anyhow::Result<Action> {
+        match self {
+            Action::Restart(Dependency::Redis) => anyhow::bail!(
+                "fault restart redis: stop it and start it (fault stop redis, fault start redis): \
+                 how long it stays away is the scenario's"
+            ),
+            Action::Stop(Dependency::Postgres) | Action::Start(Dependency::Postgres) => {
+                anyhow::bail!(
+                    "fault stop|start postgres: the lab's PostgreSQL is restarted (fault restart \
+                     postgres), never left down: other tests share its cluster"
+                )
+            }
+            a => Ok(a),
+        }
     }
 }
 
@@ -141,7 +182,7 @@ impl OpsWords {
 enum Words {
     Backfill {
         #[arg(long, value_enum, conflicts_with = "reset")]
-        only: Option<Step>,
+        only: Option<BackfillStep>,
         #[arg(long)]
         reset: bool,
     },
@@ -149,8 +190,17 @@ enum Words {
         #[command(subcommand)]
         remedy: Remedy,
     },
+    Flags {
+        #[command(subcommand)]
+        command: FlagWords,
+    },
     #[command(flatten)]
     Ops(OpsWords),
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum FlagWords {
+    Set { flag: String, variant: String },
 }
 
 impl FromStr for Action {
@@ -164,7 +214,7 @@ impl FromStr for Action {
                 "action {s:?}: {} (actions: backfill [--only populate|invalidate | --reset], \
                  remediate analyze|vacuum, rollout restart <service>, scale <service> \
                  --replicas N, limits memory <service> <size|none>, fault kill <replica>, \
-                 fault restart postgres)",
+                 fault restart postgres, fault stop|start redis, flags set <flag> <variant>)",
                 e.lines().next().unwrap_or("not understood").trim()
             )
         })?;
@@ -172,6 +222,14 @@ impl FromStr for Action {
             Words::Backfill { reset: true, .. } => Action::Backfill(Job::Reset),
             Words::Backfill { only, .. } => Action::Backfill(Job::Backfill(only)),
             Words::Remediate { remedy } => Action::Remediate(remedy),
+            Words::Flags {
+                command: FlagWords::Set { flag, variant },
+            } => {
+                lab_flags::Definitions::embedded()
+                    .check(&flag, &variant)
+                    .with_context(|| format!("action {s:?}"))?;
+                Action::SetFlag { flag, variant }
+            }
             Words::Ops(ops) => ops.action()?,
         })
     }
@@ -197,10 +255,10 @@ impl fmt::Display for Action {
         match self {
             Action::Backfill(Job::Reset) => write!(f, "backfill --reset"),
             Action::Backfill(Job::Backfill(None)) => write!(f, "backfill"),
-            Action::Backfill(Job::Backfill(Some(Step::Populate))) => {
+            Action::Backfill(Job::Backfill(Some(BackfillStep::Populate))) => {
                 write!(f, "backfill --only populate")
             }
-            Action::Backfill(Job::Backfill(Some(Step::Invalidate))) => {
+            Action::Backfill(Job::Backfill(Some(BackfillStep::Invalidate))) => {
                 write!(f, "backfill --only invalidate")
             }
             Action::Remediate(Remedy::Analyze) => write!(f, "remediate analyze"),
@@ -211,13 +269,16 @@ impl fmt::Display for Action {
             Action::LimitMemory(s, Some(b)) => write!(f, "limits memory {s} {b}"),
             Action::Kill(r) => write!(f, "fault kill {r}"),
             Action::Restart(d) => write!(f, "fault restart {d}"),
+            Action::Stop(d) => write!(f, "fault stop {d}"),
+            Action::Start(d) => write!(f, "fault start {d}"),
+            Action::SetFlag { flag, variant } => write!(f, "flags set {flag} {variant}"),
         }
     }
 }
 
 impl Action {
     /// The backfill's invalidating step: the hot lookup's plan flips.
-    pub const INVALIDATE: Action = Action::Backfill(Job::Backfill(Some(Step::Invalidate)));
+    pub const INVALIDATE: Action = Action::Backfill(Job::Backfill(Some(BackfillStep::Invalidate)));
     /// The 11:31 fix.
     pub const ANALYZE: Action = Action::Remediate(Remedy::Analyze);
 
@@ -226,7 +287,7 @@ impl Action {
     pub fn invalidates_plans(&self) -> bool {
         matches!(
             self,
-            Action::Backfill(Job::Backfill(None | Some(Step::Invalidate)))
+            Action::Backfill(Job::Backfill(None | Some(BackfillStep::Invalidate)))
         )
     }
 
@@ -235,9 +296,11 @@ impl Action {
         *self == Action::ANALYZE
     }
 
-    /// Do it: the trigger against `database_url`, the fleet's operations through `lab`; what it
-    /// did goes to `log`. Returns once done (a rollout: every replica back and in rotation).
-    pub async fn run(&self, lab: &impl Lab, database_url: &str, log: &Log) -> anyhow::Result<()> {
+    /// Do it: the trigger against the lab's database, the fleet's operations through `lab`, a
+    /// dependency's fault on this machine, a flag in the flag store; what it did goes to `log`.
+    /// Returns once done (a rollout: every replica back and in rotation).
+    pub async fn run(&self, lab: &impl Lab, deps: Deps<'_>, log: &Log) -> anyhow::Result<()> {
+        let database_url = deps.database_url;
         match *self {
             Action::Backfill(job) => {
                 let r =
@@ -252,9 +315,125 @@ impl Action {
             Action::Scale(s, n) => lab.scale(s, n).await?,
             Action::LimitMemory(s, bytes) => lab.limit_memory(s, bytes).await?,
             Action::Kill(r) => lab.kill(r).await?,
-            Action::Restart(d) => lab_native::deps::restart(d, database_url, log).await?,
+            Action::Restart(d) => deps::restart(d, deps, log).await?,
+            Action::Stop(d) => deps::stop(d, deps, log).await?,
+            Action::Start(d) => deps::start(d, deps, log).await?,
+            Action::SetFlag {
+                ref flag,
+                ref variant,
+            } => {
+                lab_flags::Store::new(deps.redis_url)?
+                    .set(flag, variant)
+                    .await
+                    .with_context(|| format!("setting {flag}={variant} in the flag store"))?;
+                log.line(format!("{flag} = {variant}"));
+            }
         }
         Ok(())
+    }
+}
+
+/// One item of a phase's `run:`: an action, and whether the scenario needs it to succeed (the
+/// words alone) or to fail (`{ action: <words>, expect: fails }`: a flag set while the flag
+/// store is down must be refused, not lost). Either way it is the action's own check: an
+/// outcome other than the one expected fails a `--strict` run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Step {
+    pub action: Action,
+    pub expect: Expect,
+}
+
+/// What a [`Step`] must do.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Expect {
+    #[default]
+    Succeeds,
+    Fails,
+}
+
+impl Step {
+    /// Did the action go as the scenario expects (`failure`: why it failed, if it did)?
+    pub fn as_expected(&self, failure: Option<&str>) -> bool {
+        match self.expect {
+            Expect::Succeeds => failure.is_none(),
+            Expect::Fails => failure.is_some(),
+        }
+    }
+}
+
+impl From<Action> for Step {
+    fn from(action: Action) -> Step {
+        Step {
+            action,
+            expect: Expect::Succeeds,
+        }
+    }
+}
+
+impl PartialEq<Action> for Step {
+    fn eq(&self, a: &Action) -> bool {
+        self.expect == Expect::Succeeds && self.action == *a
+    }
+}
+
+/// The words, and `(expected to fail)` after those that must.
+impl fmt::Display for Step {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.expect {
+            Expect::Succeeds => write!(f, "{}", self.action),
+            Expect::Fails => write!(f, "{} (expected to fail)", self.action),
+        }
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Step {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Step, D::Error> {
+        use serde::de::{self, MapAccess, Visitor};
+
+        #[derive(serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Full {
+            action: Action,
+            expect: Expect,
+        }
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Step;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an action's words, or { action: <words>, expect: fails }")
+            }
+            // The words' own error (which word, what is allowed), not serde's "no variant".
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Step, E> {
+                s.parse::<Action>()
+                    .map(Step::from)
+                    .map_err(|e| E::custom(format!("{e:#}")))
+            }
+            fn visit_map<M: MapAccess<'de>>(self, m: M) -> Result<Step, M::Error> {
+                let full: Full =
+                    serde::Deserialize::deserialize(de::value::MapAccessDeserializer::new(m))?;
+                Ok(Step {
+                    action: full.action,
+                    expect: full.expect,
+                })
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl serde::Serialize for Step {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        match self.expect {
+            Expect::Succeeds => self.action.serialize(s),
+            Expect::Fails => {
+                let mut m = s.serialize_map(Some(2))?;
+                m.serialize_entry("action", &self.action)?;
+                m.serialize_entry("expect", &self.expect)?;
+                m.end()
+            }
+        }
     }
 }
 
@@ -267,8 +446,8 @@ mod tests {
         let all = [
             Action::Backfill(Job::Reset),
             Action::Backfill(Job::Backfill(None)),
-            Action::Backfill(Job::Backfill(Some(Step::Populate))),
-            Action::Backfill(Job::Backfill(Some(Step::Invalidate))),
+            Action::Backfill(Job::Backfill(Some(BackfillStep::Populate))),
+            Action::Backfill(Job::Backfill(Some(BackfillStep::Invalidate))),
             Action::Remediate(Remedy::Analyze),
             Action::Remediate(Remedy::Vacuum),
             Action::RolloutRestart(Service::Orchestrator),
@@ -277,6 +456,12 @@ mod tests {
             Action::LimitMemory(Service::EntityService, None),
             Action::Kill("entity-service-1".parse().unwrap()),
             Action::Restart(Dependency::Postgres),
+            Action::Stop(Dependency::Redis),
+            Action::Start(Dependency::Redis),
+            Action::SetFlag {
+                flag: "fault.entity.latency_fraction".into(),
+                variant: "0.25".into(),
+            },
         ];
         for a in all {
             assert_eq!(a.to_string().parse::<Action>().unwrap(), a, "{a}");
@@ -285,6 +470,33 @@ mod tests {
             "limits memory orchestrator 700M".parse::<Action>().unwrap(),
             Action::LimitMemory(Service::Orchestrator, Some(700 << 20))
         );
+    }
+
+    #[test]
+    fn a_step_is_the_words_or_the_words_with_what_they_must_do() {
+        let steps: Vec<Step> = serde_norway::from_str(
+            "- fault stop redis\n\
+             - { action: flags set fault.entity.latency_fraction 0.25, expect: fails }\n",
+        )
+        .unwrap();
+        assert_eq!(steps[0], Action::Stop(Dependency::Redis));
+        assert_eq!(steps[1].expect, Expect::Fails);
+        assert!(steps[1].as_expected(Some("Redis is down")));
+        assert!(
+            !steps[1].as_expected(None),
+            "a set that went through is a failed check"
+        );
+        assert!(!steps[0].as_expected(Some("no Redis")));
+        let back: Vec<Step> =
+            serde_norway::from_str(&serde_norway::to_string(&steps).unwrap()).unwrap();
+        assert_eq!(back, steps);
+        // The words' own error, not serde's "did not match any variant".
+        let e = serde_norway::from_str::<Vec<Step>>("- fault stop redys\n").unwrap_err();
+        assert!(e.to_string().contains("redys"), "{e}");
+        let e =
+            serde_norway::from_str::<Vec<Step>>("- { action: fault stop redis, expect: maybe }\n")
+                .unwrap_err();
+        assert!(e.to_string().contains("maybe"), "{e}");
     }
 
     /// Only the first word was checked before: `scale orchestrater --replicas 5` loaded and
@@ -303,7 +515,11 @@ mod tests {
             ("db status", "db"),
             ("fault kill entity-service", "<service>-<n>"),
             ("fault kill gateway-1", "no service"),
-            ("fault restart redis", "postgres"),
+            ("fault restart redis", "fault stop redis"),
+            ("fault restart kafka", "postgres or redis"),
+            ("flags set client.mode chaos", "chaos"),
+            ("flags set no.such.flag on", "no.such.flag"),
+            ("flags set client.mode", "variant"),
             ("", "actions:"),
         ] {
             let e = format!("{:#}", words.parse::<Action>().unwrap_err());

@@ -16,7 +16,7 @@ use std::time::Instant;
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
-use crate::action::Action;
+use crate::action::{Action, Step};
 use crate::engine::{self, TargetSource};
 use crate::replay::{self, Calibration, Modes, ReplayArgs};
 use crate::scenario::{Phase, Scenario};
@@ -302,7 +302,7 @@ impl CellSpec {
             seconds: seconds.max(1),
             rate: None,
             flags: BTreeMap::new(),
-            run: run.to_vec(),
+            run: run.iter().cloned().map(Step::from).collect(),
             window: Default::default(),
             postmortem: None,
             verdict: BTreeMap::new(),

@@ -10,11 +10,13 @@ use anyhow::{bail, Context};
 use futures::FutureExt;
 use serde::Serialize;
 
-use crate::action::Action;
+use crate::action::{Action, Step};
+use crate::rows::RunRows;
 use crate::scenario::Scenario;
 use crate::scrape::{self, Scrape, Series, Target, Tick};
 use crate::{wait_applied, Globals, Mode};
 use lab_load::{DocSource, Docs, LoadArgs, LoadReport, RateControl, TenantMix};
+use lab_native::deps::Deps;
 use lab_native::supervise;
 use lab_native::{Lab, Log, NativeLab};
 use lab_report::summary::{self as report, Check, PhaseSummary};
@@ -99,7 +101,7 @@ pub fn native_targets(state_dir: &Path) -> anyhow::Result<(Vec<Target>, supervis
     Ok((t, state))
 }
 
-pub use crate::scrape::SUPERVISOR;
+pub use crate::scrape::{DATABASE, SUPERVISOR};
 
 /// The supervisor's counters as a scrape: `lab_supervisor_{restarts,oom_kills,rollouts}_total`
 /// per replica, and `lab_supervisor_replicas{binary}` (replicas with a process right now).
@@ -147,52 +149,54 @@ pub async fn scrape_once(
     }
     let http_targets: Vec<Target> = targets
         .iter()
-        .filter(|t| t.service != SUPERVISOR)
+        .filter(|t| t.service != SUPERVISOR && t.service != DATABASE)
         .cloned()
         .collect();
     let mut scraped = scrape::scrape_all(http, &http_targets).await.into_iter();
     Ok(targets
         .iter()
-        .map(|t| {
-            if t.service == SUPERVISOR {
-                supervisor.clone().flatten()
-            } else {
-                scraped.next().flatten()
-            }
+        .map(|t| match t.service.as_str() {
+            SUPERVISOR => supervisor.clone().flatten(),
+            // Read by the run itself ([`crate::rows`]), when a verdict needs it.
+            DATABASE => None,
+            _ => scraped.next().flatten(),
         })
         .collect())
 }
 
-/// Run `actions` one after another, in process, recording each; what they did goes to `log`.
+/// Run `steps` one after another, in process, recording each and whether it went as the
+/// scenario expects (most must succeed; some must fail); what they did goes to `log`.
 fn run_actions(
     g: Globals,
     phase: String,
-    actions: Vec<Action>,
+    steps: Vec<Step>,
     log: Log,
     t0: Instant,
 ) -> tokio::task::JoinHandle<Vec<ActionRun>> {
     tokio::spawn(async move {
         let lab = NativeLab::new(&g.state_dir, log.clone());
         let mut done = Vec::new();
-        for action in actions {
+        for step in steps {
             let started_at = t0.elapsed().as_secs_f64();
-            println!("  t={started_at:5.1}s run: {action}");
-            log.line(format!("t={started_at:.1}s {action}"));
-            let failed = failure(action, &lab, &g.database_url, &log).await;
-            if let Some(why) = &failed {
-                println!("  {action}: {why}");
-                log.line(format!("{action} FAILED: {why}"));
-            }
-            let ok = failed.is_none();
+            println!("  t={started_at:5.1}s run: {step}");
+            log.line(format!("t={started_at:.1}s {step}"));
+            let failed = failure(&step.action, &lab, g.deps(), &log).await;
+            let ok = step.as_expected(failed.as_deref());
+            let outcome = match (&failed, ok) {
+                (None, true) => "done".to_string(),
+                (Some(why), true) => format!("failed, as expected: {why}"),
+                (None, false) => "SUCCEEDED, but the scenario expects it to fail".to_string(),
+                (Some(why), false) => format!("FAILED: {why}"),
+            };
+            log.line(format!("{step}: {outcome}"));
             let seconds = t0.elapsed().as_secs_f64() - started_at;
             println!(
-                "  t={:5.1}s {}: {action} ({seconds:.1} s)",
+                "  t={:5.1}s {step} ({seconds:.1} s): {outcome}",
                 t0.elapsed().as_secs_f64(),
-                if ok { "done" } else { "FAILED" }
             );
             done.push(ActionRun {
                 phase: phase.clone(),
-                command: action.to_string(),
+                command: step.to_string(),
                 started_at,
                 seconds,
                 ok,
@@ -205,8 +209,8 @@ fn run_actions(
 /// Run `action`; `None` when it succeeded, else why not. In process now, not a subprocess: an
 /// action that panics is recorded as failed, with the panic's message, instead of taking the
 /// phase's other records down with its task.
-async fn failure(action: Action, lab: &impl Lab, database_url: &str, log: &Log) -> Option<String> {
-    let run = std::panic::AssertUnwindSafe(action.run(lab, database_url, log));
+async fn failure(action: &Action, lab: &impl Lab, deps: Deps<'_>, log: &Log) -> Option<String> {
+    let run = std::panic::AssertUnwindSafe(action.run(lab, deps, log));
     match run.catch_unwind().await {
         Ok(Ok(())) => None,
         Ok(Err(e)) => Some(format!("{e:#}")),
@@ -252,9 +256,30 @@ pub async fn execute(
     std::fs::create_dir_all(&run.out).with_context(|| format!("creating {}", run.out.display()))?;
     let actions_log = Log::file(&run.out.join("actions.log"))?;
 
+    // What the run's documents leave in the database: a target of its own, for a scenario whose
+    // verdicts read it.
+    let mut rows = sc.reads_database().then(|| {
+        targets.push(Target {
+            service: DATABASE.into(),
+            replica: DATABASE.into(),
+            url: String::new(),
+        });
+        RunRows::new(&globals.database_url, run.seed)
+    });
+    let scrape = async |targets: &mut Vec<Target>, rows: &mut Option<RunRows>| {
+        let mut scrapes = scrape_once(&http, &run.targets, targets).await?;
+        if let Some(rows) = rows {
+            let i = targets.iter().position(|t| t.service == DATABASE);
+            scrapes[i.expect("pushed")] = rows.scrape().await;
+        }
+        anyhow::Ok(scrapes)
+    };
     // The baseline: every counter as it stood before the first request of this run, so the
     // run's totals (and its consistency checks) start from zero exactly.
-    let baseline = scrape_once(&http, &run.targets, &mut targets).await?;
+    let baseline = scrape(&mut targets, &mut rows).await?;
+    if let Some(r) = &rows {
+        r.check_fresh(&targets, &baseline, run.seed)?;
+    }
     let started = Instant::now();
     let load_task = {
         let (a, c) = (load_args.clone(), control.clone());
@@ -298,7 +323,7 @@ pub async fn execute(
             current = phase;
             clock.enter(phase, t, &bar).await?;
         }
-        let scrapes = scrape_once(&http, &run.targets, &mut targets).await?;
+        let scrapes = scrape(&mut targets, &mut rows).await?;
         // Older ticks have fewer targets; `Series` reads a missing one as "not scraped".
         ticks.push(Tick { t, phase, scrapes });
         next_tick += Duration::from_secs(1);
@@ -489,7 +514,7 @@ impl Clock<'_> {
             let cleanup = run_actions(
                 self.globals.clone(),
                 "cleanup".into(),
-                sc.cleanup.clone(),
+                sc.cleanup.iter().cloned().map(Step::from).collect(),
                 self.actions_log,
                 self.started,
             );
@@ -525,7 +550,7 @@ fn phase_reports(
             errors_5xx_by_origin: report::origins(series, i),
         })
         .collect();
-    report::summarize_phases(series, load, &mut phases);
+    report::summarize_phases(series, load, &mut phases, &sc.judged());
     phases
 }
 
@@ -629,9 +654,13 @@ mod tests {
     #[tokio::test]
     async fn a_panicking_or_failing_action_is_recorded_as_failed_with_why() {
         let log = Log::stdout();
-        let db = "postgres://unused";
+        let db = Deps {
+            database_url: "postgres://unused",
+            redis_url: "redis://unused",
+            state_dir: std::path::Path::new("/nonexistent"),
+        };
         let panicked = failure(
-            Action::RolloutRestart(Service::Orchestrator),
+            &Action::RolloutRestart(Service::Orchestrator),
             &Broken,
             db,
             &log,
@@ -641,10 +670,10 @@ mod tests {
             why.contains("panicked: the supervisor's control directory vanished"),
             "{why}"
         );
-        let failed = failure(Action::Scale(Service::Orchestrator, 5), &Broken, db, &log).await;
+        let failed = failure(&Action::Scale(Service::Orchestrator, 5), &Broken, db, &log).await;
         assert_eq!(failed.as_deref(), Some("the supervisor refused Add"));
         let ok = failure(
-            Action::LimitMemory(Service::Orchestrator, None),
+            &Action::LimitMemory(Service::Orchestrator, None),
             &Broken,
             db,
             &log,

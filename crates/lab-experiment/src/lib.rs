@@ -34,6 +34,7 @@ pub mod repeats;
 pub mod replay;
 #[cfg(test)]
 mod replay_test;
+mod rows;
 pub mod scenario;
 pub mod scrape;
 pub mod smoke;
@@ -177,6 +178,17 @@ pub struct Globals {
     pub data_dir: PathBuf,
 }
 
+impl Globals {
+    /// Where a timeline's actions find the lab's dependencies.
+    pub fn deps(&self) -> lab_native::deps::Deps<'_> {
+        lab_native::deps::Deps {
+            database_url: &self.database_url,
+            redis_url: &self.redis_url,
+            state_dir: &self.state_dir,
+        }
+    }
+}
+
 /// Run `action` to completion, in process, against the lab in `g.state_dir` (what it did goes
 /// to `log`).
 pub async fn act(g: &Globals, action: action::Action, log: &Path) -> anyhow::Result<()> {
@@ -184,7 +196,7 @@ pub async fn act(g: &Globals, action: action::Action, log: &Path) -> anyhow::Res
     let lab = lab_native::NativeLab::new(&g.state_dir, out.clone());
     out.line(format!("{action}"));
     action
-        .run(&lab, &g.database_url, &out)
+        .run(&lab, g.deps(), &out)
         .await
         .with_context(|| format!("{action} failed; see {}", log.display()))
 }

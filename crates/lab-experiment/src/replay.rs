@@ -592,7 +592,7 @@ fn comparison_markdown(md: &mut String, sc: &Scenario, modes: &[ModeReport]) {
         md.push_str("---:|---:|---:|");
     }
     md.push('\n');
-    for q in lab_report::quantities::rows() {
+    for q in lab_report::quantities::in_tables() {
         let (key, label) = (q.id, q.label);
         let pm = POSTMORTEM_TABLE.iter().find(|r| r.0 == key);
         let any = modes
@@ -699,7 +699,7 @@ fn fix_quality(sc: &Scenario, phases: &[engine::PhaseReport], stale_capacity: f6
     if !(stale_capacity.is_finite() && stale_capacity > 0.0) {
         return None;
     }
-    let has = |p: &scenario::Phase, f: fn(&Action) -> bool| p.run.iter().any(f);
+    let has = |p: &scenario::Phase, f: fn(&Action) -> bool| p.run.iter().any(|s| f(&s.action));
     let from = sc
         .phases
         .iter()

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
 
-use crate::action::Action;
+use crate::action::{Action, Step};
 use lab_report::summary::PhaseReport;
 use lab_report::verdict::{Check, Verdict};
 
@@ -64,9 +64,10 @@ pub struct Phase {
     pub flags: BTreeMap<String, String>,
     /// Actions started when the phase starts (e.g. `backfill --only populate`), in the
     /// background, in order: the load does not wait for them, as production did not wait for the
-    /// 03:00 backfill. Written as labctl's words; checked, whole, when the scenario loads.
+    /// 03:00 backfill. Written as labctl's words; checked, whole, when the scenario loads. An
+    /// action that must fail is written `{ action: <words>, expect: fails }`.
     #[serde(default)]
-    pub run: Vec<Action>,
+    pub run: Vec<Step>,
     /// Where the phase's verdict window starts. `phase` (default): at the phase's start — for an
     /// action whose progress is the phenomenon (a rollback's restarts). `after-run`: once every
     /// `run` command of the phase has finished — for an action whose RESULT is judged (ANALYZE:
@@ -180,7 +181,7 @@ impl VerdictCheck {
     pub fn validate(&self, sc: &Scenario, i: usize, known: &[&str]) -> anyhow::Result<()> {
         if !known.contains(&self.metric.as_str()) {
             bail!(
-                "verdict metric {:?} is not a row of the report ({})",
+                "verdict metric {:?} is not a quantity of the report ({})",
                 self.metric,
                 known.join(", ")
             );
@@ -315,7 +316,10 @@ impl Scenario {
         if total == 0 || total > 3_600 {
             bail!("phases must last 1..=3600 s in all (bounded game days), not {total}");
         }
-        let known: Vec<&str> = lab_report::quantities::rows().map(|q| q.id).collect();
+        let known: Vec<&str> = lab_report::quantities::QUANTITIES
+            .iter()
+            .map(|q| q.id)
+            .collect();
         for (i, p) in self.phases.iter().enumerate() {
             if p.seconds == 0 {
                 bail!("phase {}: seconds must be at least 1", p.name);
@@ -366,13 +370,41 @@ impl Scenario {
                 }
                 if !known.contains(&metric.as_str()) {
                     bail!(
-                        "expect.{mode}.{metric}: not a row of the report ({})",
+                        "expect.{mode}.{metric}: not a quantity of the report ({})",
                         known.join(", ")
                     );
                 }
             }
         }
         Ok(())
+    }
+
+    /// The quantities this scenario's verdicts and expectations name that are not rows of
+    /// every table (a fault's flag-store and database facts): the run computes them too.
+    pub fn judged(&self) -> Vec<&'static str> {
+        let named: Vec<&str> = self
+            .phases
+            .iter()
+            .flat_map(|p| p.verdict.values().flatten().map(|c| c.metric.as_str()))
+            .chain(
+                self.expect
+                    .values()
+                    .flat_map(|e| e.keys().map(String::as_str)),
+            )
+            .collect();
+        lab_report::quantities::QUANTITIES
+            .iter()
+            .filter(|q| !q.row && named.contains(&q.id))
+            .map(|q| q.id)
+            .collect()
+    }
+
+    /// Does a verdict read the database's facts about the run (the `database` pseudo-target)?
+    pub fn reads_database(&self) -> bool {
+        self.judged().iter().any(|id| {
+            lab_report::quantities::find(id)
+                .is_some_and(|q| q.expr.services().contains(&lab_report::series::DATABASE))
+        })
     }
 
     /// The phase the report's "peak" column shows: [`Scenario::peak`], else the phase with the

@@ -13,7 +13,8 @@
 //! - **Last-known values are kept** when Redis is unreachable (the defaults until the first
 //!   successful read), and every change is logged and exported as `lab_flag_variant`. They are
 //!   kept too when Redis answers but has lost its data (restarted without persistence: the hash
-//!   is gone, [`store::WRITTEN_FIELD`] with it) — measured by scripts/faults-check.sh: before
+//!   is gone, [`store::WRITTEN_FIELD`] with it) — measured by the Redis outage
+//!   (load/scenarios/faults/redis-outage.yaml, its "back" column): before
 //!   this, every replica of a legacy lab flipped to resilient when Redis came back empty, with
 //!   nobody setting a flag. `lab_flags_store_empty` says so; the next `labctl flags set` (or
 //!   `reset`) is the source of truth again.

@@ -28,6 +28,13 @@ const MAX_DURATION_S: u64 = 3_600;
 /// different `--seed` start: 10^9 documents is 3.8 days at 3,000 rps.
 const STREAM_BASE: u64 = 1 << 40;
 const STREAM_STRIDE: u64 = 1_000_000_000;
+/// The stream indexes of the documents a run with `seed` sends: its documents are
+/// `doc_<tenant>_<index>` with the index in this range (what the database's rows are matched by).
+pub fn stream_documents(seed: u64) -> std::ops::Range<u64> {
+    let start = STREAM_BASE + seed.wrapping_mul(STREAM_STRIDE);
+    start..start + STREAM_STRIDE
+}
+
 /// An answer counts toward goodput when it is a 200 within the end user's 3 s budget.
 const GOODPUT_BUDGET_US: u64 = 3_000_000;
 
@@ -339,7 +346,7 @@ impl Picker {
             stream: None,
             // Stream positions far above the corpus file's indexes, distinct per --seed, so runs
             // with different seeds never send the same document.
-            stream_index: STREAM_BASE + args.seed.wrapping_mul(STREAM_STRIDE),
+            stream_index: stream_documents(args.seed).start,
         };
         match source {
             DocSource::Corpus(corpus) => {

@@ -1,13 +1,18 @@
-//! The lab's dependencies as faults: `labctl fault restart postgres` restarts the PostgreSQL
+//! The lab's dependencies as faults. `labctl fault restart postgres` restarts the PostgreSQL
 //! cluster the lab's database lives in, under load — every connection of every pool dropped at
 //! once, the server away for a second or two — and returns once it accepts connections again.
-//! What the services make of it (a pool that heals by itself, a request that fails, a replica
-//! that restarts) is the experiment's to measure.
+//! `labctl fault stop redis` shuts the flag store and rate limiter's Redis down (`SHUTDOWN
+//! NOSAVE`: it comes back empty, as a Redis that keeps nothing on disk does), and `labctl fault
+//! start redis` starts it again with the configuration it had. What the services make of it (a
+//! pool that heals by itself, a limiter that fails open, flags kept or lost) is the experiment's
+//! to measure.
 //!
-//! Only a cluster on this machine (127.0.0.1 or localhost), found by its port with Debian's
-//! `pg_lsclusters`, and restarted with `pg_ctlcluster`, as `scripts/deps.sh` set it up.
+//! Only servers on this machine (127.0.0.1, localhost or ::1): a PostgreSQL cluster found by its
+//! port with Debian's `pg_lsclusters` and restarted with `pg_ctlcluster`, as `scripts/deps.sh`
+//! set it up; a Redis driven with `redis-cli` and `redis-server`.
 
 use std::os::unix::process::CommandExt as _;
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -19,12 +24,14 @@ use crate::Log;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Dependency {
     Postgres,
+    Redis,
 }
 
 impl std::fmt::Display for Dependency {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             Dependency::Postgres => "postgres",
+            Dependency::Redis => "redis",
         })
     }
 }
@@ -35,7 +42,8 @@ impl std::str::FromStr for Dependency {
     fn from_str(s: &str) -> anyhow::Result<Self> {
         match s {
             "postgres" => Ok(Dependency::Postgres),
-            _ => bail!("no dependency {s:?}: the one a fault restarts is postgres"),
+            "redis" => Ok(Dependency::Redis),
+            _ => bail!("no dependency {s:?}: postgres or redis"),
         }
     }
 }
@@ -54,7 +62,7 @@ fn cluster_on(listing: &str, port: u16) -> Option<(String, String)> {
 /// A command with nothing open but stdin, stdout and stderr: a daemon it starts (the
 /// postmaster) would otherwise inherit our caller's descriptors — a `flock` on the heavy-test
 /// lock among them — and hold them for its whole life.
-fn without_fds(mut cmd: Command) -> Command {
+pub(crate) fn without_fds(mut cmd: Command) -> Command {
     // SAFETY: close_range(2) only closes descriptors, in the child between fork and exec.
     unsafe {
         cmd.pre_exec(|| {
@@ -65,16 +73,48 @@ fn without_fds(mut cmd: Command) -> Command {
     cmd
 }
 
+/// Where the lab's dependencies are, and where a stopped one's configuration is kept.
+#[derive(Debug, Clone, Copy)]
+pub struct Deps<'a> {
+    pub database_url: &'a str,
+    pub redis_url: &'a str,
+    /// The lab's state directory (`fault stop redis` leaves the server's configuration there
+    /// for `fault start redis`).
+    pub state_dir: &'a Path,
+}
+
 /// Restart `dep` (see the module's docs) and wait until it answers again.
-pub async fn restart(dep: Dependency, database_url: &str, log: &Log) -> anyhow::Result<()> {
+pub async fn restart(dep: Dependency, deps: Deps<'_>, log: &Log) -> anyhow::Result<()> {
     match dep {
-        Dependency::Postgres => restart_postgres(database_url, log).await,
+        Dependency::Postgres => restart_postgres(deps.database_url, log).await,
+        Dependency::Redis => bail!(
+            "fault restart redis: stop and start it (`fault stop redis`, `fault start redis`): \
+             the outage's length is the experiment's"
+        ),
     }
 }
 
-async fn restart_postgres(database_url: &str, log: &Log) -> anyhow::Result<()> {
-    let url = url::Url::parse(database_url).context("the lab's database URL")?;
-    // `[::1]` in a URL is `::1` to pg_isready.
+/// Take `dep` away (see the module's docs) and return once it no longer answers.
+pub async fn stop(dep: Dependency, deps: Deps<'_>, log: &Log) -> anyhow::Result<()> {
+    match dep {
+        Dependency::Redis => crate::redis_fault::stop(deps.redis_url, deps.state_dir, log).await,
+        Dependency::Postgres => bail!(
+            "fault stop postgres: the lab's database is restarted, not stopped (`fault restart \
+             postgres`): the scenario must not outlive the database other tests use"
+        ),
+    }
+}
+
+/// Bring `dep` back after [`stop`] (nothing to do if it answers) and wait until it answers.
+pub async fn start(dep: Dependency, deps: Deps<'_>, log: &Log) -> anyhow::Result<()> {
+    match dep {
+        Dependency::Redis => crate::redis_fault::start(deps.redis_url, deps.state_dir, log).await,
+        Dependency::Postgres => bail!("fault start postgres: see `fault restart postgres`"),
+    }
+}
+
+/// The host of a dependency's URL, if it is on this machine (`[::1]` is `::1` to the tools).
+pub(crate) fn local_host(url: &url::Url, what: &str) -> anyhow::Result<String> {
     let host = url
         .host_str()
         .unwrap_or("localhost")
@@ -83,9 +123,15 @@ async fn restart_postgres(database_url: &str, log: &Log) -> anyhow::Result<()> {
         .to_string();
     anyhow::ensure!(
         ["127.0.0.1", "localhost", "::1"].contains(&host.as_str()),
-        "fault restart postgres: the lab's database is on {host}, not on this machine; restart \
-         it where it runs"
+        "{what} is on {host}, not on this machine: a fault acts only on this machine's servers; \
+         take it away where it runs"
     );
+    Ok(host)
+}
+
+async fn restart_postgres(database_url: &str, log: &Log) -> anyhow::Result<()> {
+    let url = url::Url::parse(database_url).context("the lab's database URL")?;
+    let host = local_host(&url, "the lab's database")?;
     let port = url.port().unwrap_or(5432);
     let listing = tokio::process::Command::new("pg_lsclusters")
         .arg("--no-header")
@@ -157,6 +203,7 @@ mod tests {
             "postgres".parse::<Dependency>().unwrap().to_string(),
             "postgres"
         );
-        assert!("redis".parse::<Dependency>().is_err());
+        assert_eq!("redis".parse::<Dependency>().unwrap(), Dependency::Redis);
+        assert!("kafka".parse::<Dependency>().is_err());
     }
 }

@@ -20,6 +20,7 @@ pub mod deps;
 pub mod fleet;
 pub mod ops;
 pub mod policy;
+mod redis_fault;
 pub mod supervise;
 
 use std::future::Future;

@@ -147,13 +147,15 @@ pub async fn rollout_restart(state_dir: &Path, service: Service, log: &Log) -> a
         // Ready is not yet routable: the gateways put a replica back in rotation on their next
         // probe (up to a probe interval later). Stopping the next replica before that leaves a
         // moment with none in rotation, and requests fail with no_ready_upstream (measured by
-        // scripts/faults-check.sh) — Kubernetes waits for the endpoint, and so does this.
+        // the fault checks; load/scenarios/faults/rollouts.yaml now) — Kubernetes waits for the
+        // endpoint, and so does this.
         if p.binary == "orchestrator" {
             wait_in_rotation(state_dir, p.port).await?;
         }
         // An enrichment worker is ready before it owns a partition: stopping the next one while
-        // the group rebalances wedges the group on tansu for good (measured by
-        // scripts/faults-check.sh: both new workers at 0 partitions, the lag stuck). Wait until
+        // the group rebalances wedges the group on tansu for good (measured by the fault checks,
+        // load/scenarios/faults/rollouts.yaml now: both new workers at 0 partitions, the lag
+        // stuck). Wait until
         // the group owns every partition again, as `labctl up` does.
         if p.binary == "enrichment" {
             let workers: Vec<u16> = replicas(state_dir, "enrichment")?

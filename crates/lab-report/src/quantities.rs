@@ -72,6 +72,12 @@ pub fn rows() -> impl Iterator<Item = &'static Quantity> {
     QUANTITIES.iter().filter(|q| q.row)
 }
 
+/// What a table may show, in display order: every row, then the quantities only a run's
+/// verdicts compute (a table shows one where its summaries hold it).
+pub fn in_tables() -> impl Iterator<Item = &'static Quantity> {
+    rows().chain(QUANTITIES.iter().filter(|q| !q.row))
+}
+
 const fn all(service: &'static str, metric: &'static str) -> Expr {
     Expr::Increase {
         service,
@@ -208,6 +214,61 @@ const APPLIED: Expr = some(
     Filter::Is("outcome", "applied"),
 );
 
+// Faults: what every replica shows while a dependency is away, and what the run's documents
+// left in the database (the `database` pseudo-target, scraped only for a scenario judging it).
+const ANY: &str = crate::series::ANY;
+const DB: &str = crate::series::DATABASE;
+const STORE: &str = "lab_flags_store_reachable";
+const STORE_ALL: Expr = gauge(ANY, STORE, Filter::All, Across::Min, Over::Last);
+const STORE_ANY: Expr = gauge(ANY, STORE, Filter::All, Across::Max, Over::Last);
+const MODE_FLAG: Filter = Filter::Is("flag", "client.mode");
+const IS_LEGACY: Filter = Filter::Is("variant", "legacy");
+const IS_RESILIENT: Filter = Filter::Is("variant", "resilient");
+/// A flag's variant applied by every replica, at the window's last scrape.
+const fn applied_everywhere(flag: &'static Filter, variant: &'static Filter) -> Expr {
+    gauge(
+        ANY,
+        "lab_flag_variant",
+        Filter::Both(flag, variant),
+        Across::Min,
+        Over::Last,
+    )
+}
+const LEGACY_ALL: Expr = applied_everywhere(&MODE_FLAG, &IS_LEGACY);
+const RESILIENT_ALL: Expr = applied_everywhere(&MODE_FLAG, &IS_RESILIENT);
+const FRACTION_FLAG: Filter = Filter::Is("flag", "fault.entity.latency_fraction");
+const HALF: Filter = Filter::Is("variant", "0.5");
+const QUARTER: Filter = Filter::Is("variant", "0.25");
+const FRACTION_HALF_ALL: Expr = applied_everywhere(&FRACTION_FLAG, &HALF);
+const FRACTION_QUARTER_ALL: Expr = applied_everywhere(&FRACTION_FLAG, &QUARTER);
+const FAIL_OPEN: Expr = some(
+    GW,
+    "gateway_ratelimit_decisions_total",
+    Filter::Is("decision", "fail_open"),
+);
+const LAG: Expr = gauge(
+    "enrichment",
+    "enrichment_consumer_lag",
+    Filter::All,
+    Across::Max,
+    Over::Last,
+);
+const ROWS: Expr = gauge(
+    DB,
+    "lab_run_enrichment_rows",
+    Filter::All,
+    Across::Sum,
+    Over::Last,
+);
+const DOCS: Expr = gauge(
+    DB,
+    "lab_run_enrichment_documents",
+    Filter::All,
+    Across::Sum,
+    Over::Last,
+);
+const OK_SO_FAR: Expr = Expr::SinceStart(&Expr::Answered200);
+
 const fn row(id: &'static str, label: &'static str, unit: Unit, expr: Expr) -> Quantity {
     Quantity {
         id,
@@ -216,6 +277,15 @@ const fn row(id: &'static str, label: &'static str, unit: Unit, expr: Expr) -> Q
         unit,
         expr,
         row: true,
+    }
+}
+
+/// A quantity a fault scenario judges: in a run's table only where a verdict names it.
+const fn fault(id: &'static str, short: &'static str, label: &'static str, expr: Expr) -> Quantity {
+    Quantity {
+        short,
+        row: false,
+        ..row(id, label, Unit::Plain, expr)
     }
 }
 
@@ -696,4 +766,69 @@ pub static QUANTITIES: &[Quantity] = &[
             Expr::PerSecond(&ABANDONED),
         )
     },
+    // Faults (load/scenarios/faults/): not rows of every table, only of a run whose verdicts
+    // name them.
+    fault(
+        "flags_store_reachable_all",
+        "store ok (all)",
+        "Flag store (Redis) reachable from every replica (min, at the window's last scrape)",
+        STORE_ALL,
+    ),
+    fault(
+        "flags_store_reachable_any",
+        "store ok (any)",
+        "Flag store (Redis) reachable from any replica (max, at the window's last scrape)",
+        STORE_ANY,
+    ),
+    fault(
+        "client_mode_legacy_all",
+        "all legacy",
+        "client.mode=legacy applied by every replica (at the window's last scrape)",
+        LEGACY_ALL,
+    ),
+    fault(
+        "client_mode_resilient_all",
+        "all resilient",
+        "client.mode=resilient applied by every replica (at the window's last scrape)",
+        RESILIENT_ALL,
+    ),
+    fault(
+        "latency_fraction_half_all",
+        "marker 0.5",
+        "fault.entity.latency_fraction=0.5 applied by every replica (last scrape; inert while \
+         fault.entity.latency_ms is 0: a marker)",
+        FRACTION_HALF_ALL,
+    ),
+    fault(
+        "latency_fraction_quarter_all",
+        "marker 0.25",
+        "fault.entity.latency_fraction=0.25 applied by every replica (last scrape; a marker)",
+        FRACTION_QUARTER_ALL,
+    ),
+    fault(
+        "ratelimit_fail_open",
+        "fail open",
+        "Gateway rate-limit decisions made without Redis (fail_open)",
+        FAIL_OPEN,
+    ),
+    fault(
+        "enrichment_lag",
+        "lag",
+        "Enrichment group lag, events (max over workers, at the window's last scrape)",
+        LAG,
+    ),
+    fault(
+        "enrichment_rows_missing",
+        "rows missing",
+        "The run's 200s so far with no enrichment row (200s − rows of the run's documents, \
+         last scrape)",
+        Expr::Minus(&OK_SO_FAR, &ROWS),
+    ),
+    fault(
+        "enrichment_rows_duplicated",
+        "rows twice",
+        "Enrichment rows beyond one per document of the run (rows − distinct documents, last \
+         scrape)",
+        Expr::Minus(&ROWS, &DOCS),
+    ),
 ];

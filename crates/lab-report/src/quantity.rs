@@ -118,6 +118,9 @@ pub enum Expr {
     },
     /// Against the same expression over the run's first phase (a [`Frame::first`] must be set).
     VsFirst(&'static Expr),
+    /// Over the run so far: from its start (the baseline scrape, the load's second 0) to the
+    /// window's end — the run's 200s against the rows its documents left in the database.
+    SinceStart(&'static Expr),
 }
 
 impl Expr {
@@ -128,9 +131,11 @@ impl Expr {
             | Expr::Gauge { metric, .. }
             | Expr::Quantile { metric, .. } => vec![metric],
             Expr::Sent | Expr::Good | Expr::Answered200 => vec![],
-            Expr::PerSecond(e) | Expr::Scaled(e, _) | Expr::PerReplica(_, e) | Expr::VsFirst(e) => {
-                e.metrics()
-            }
+            Expr::PerSecond(e)
+            | Expr::Scaled(e, _)
+            | Expr::PerReplica(_, e)
+            | Expr::VsFirst(e)
+            | Expr::SinceStart(e) => e.metrics(),
             Expr::Ratio { a, b, .. } | Expr::Minus(a, b) => [a.metrics(), b.metrics()].concat(),
             Expr::PerFirst { attempts, retries } => {
                 [attempts.metrics(), retries.metrics()].concat()
@@ -139,14 +144,35 @@ impl Expr {
         }
     }
 
+    /// Every service the expression reads ([`crate::series::ANY`]: all of them).
+    pub fn services(&self) -> Vec<&'static str> {
+        match self {
+            Expr::Increase { service, .. }
+            | Expr::Gauge { service, .. }
+            | Expr::Quantile { service, .. } => vec![service],
+            Expr::Sent | Expr::Good | Expr::Answered200 => vec![],
+            Expr::PerSecond(e) | Expr::Scaled(e, _) | Expr::VsFirst(e) | Expr::SinceStart(e) => {
+                e.services()
+            }
+            Expr::PerReplica(s, e) => [vec![*s], e.services()].concat(),
+            Expr::Ratio { a, b, .. } | Expr::Minus(a, b) => [a.services(), b.services()].concat(),
+            Expr::PerFirst { attempts, retries } => {
+                [attempts.services(), retries.services()].concat()
+            }
+            Expr::Only { gate, then, .. } => [gate.services(), then.services()].concat(),
+        }
+    }
+
     /// Whether the expression reads the load generator's record (and stands in the gateway's
     /// counters without one).
     pub fn reads_load(&self) -> bool {
         match self {
             Expr::Sent | Expr::Good | Expr::Answered200 => true,
-            Expr::PerSecond(e) | Expr::Scaled(e, _) | Expr::PerReplica(_, e) | Expr::VsFirst(e) => {
-                e.reads_load()
-            }
+            Expr::PerSecond(e)
+            | Expr::Scaled(e, _)
+            | Expr::PerReplica(_, e)
+            | Expr::VsFirst(e)
+            | Expr::SinceStart(e) => e.reads_load(),
             Expr::Ratio { a, b, .. } | Expr::Minus(a, b) => a.reads_load() || b.reads_load(),
             _ => false,
         }
@@ -212,6 +238,20 @@ impl Window {
         }
     }
 
+    /// From the run's start to this window's end: counters from the baseline scrape (tick 0),
+    /// gauges from the first tick after it, the load from its second 0.
+    pub fn since_start(&self) -> Self {
+        Window {
+            ticks: self.ticks.map(|t| Ticks {
+                base: 0,
+                first: usize::from(t.last > 0),
+                last: t.last,
+            }),
+            seconds: self.load.1,
+            load: (0.0, self.load.1),
+        }
+    }
+
     /// The chart's window at tick `i`: the `span` ticks before it (fewer at the run's start),
     /// gauges read at `i` itself.
     pub fn at(ticks: &[Tick], i: usize, span: usize) -> Self {
@@ -255,7 +295,7 @@ impl Frame<'_> {
                 let t = w.ticks?;
                 s.targets
                     .iter()
-                    .any(|t| t.service == service)
+                    .any(|t| t.is(service))
                     .then(|| s.increase(t.base, t.last, service, metric, filter))
             }
             Expr::Gauge {
@@ -320,7 +360,7 @@ impl Frame<'_> {
             Expr::Scaled(e, Scale::Times(k)) => self.raw(e, w).map(|v| v * k),
             Expr::Scaled(e, Scale::Per(k)) => self.raw(e, w).map(|v| v / k),
             Expr::PerReplica(service, e) => {
-                let n = s.targets.iter().filter(|t| t.service == service).count();
+                let n = s.targets.iter().filter(|t| t.is(service)).count();
                 self.raw(e, w).map(|v| v / n.max(1) as f64)
             }
             Expr::Only { gate, is, then } => {
@@ -330,6 +370,7 @@ impl Frame<'_> {
                 let first = self.eval(e, self.first.as_ref()?)?;
                 Some(self.eval(e, w)? / first)
             }
+            Expr::SinceStart(e) => self.raw(e, &w.since_start()),
         }
     }
 }
@@ -387,5 +428,95 @@ mod tests {
         // A chart's point: the same expression over the seconds before the tick.
         assert_eq!(frame.eval(&rps, &Window::at(&ticks, 2, 5)), Some(15.0));
         assert_eq!(frame.eval(&rps, &Window::at(&ticks, 0, 5)), None);
+    }
+
+    #[test]
+    fn a_fact_of_every_replica_reads_every_service_and_since_start_reads_the_whole_run() {
+        let target = |service: &str, n: u32| Target {
+            service: service.into(),
+            replica: format!("{service}-{n}"),
+            url: String::new(),
+        };
+        let targets = [
+            target("edge-gateway", 1),
+            target("enrichment", 1),
+            target(crate::series::SUPERVISOR, 0),
+        ];
+        let up = |v: f64| Some([("lab_flags_store_reachable".to_string(), v)].into());
+        let sup = Some([("lab_supervisor_replicas".to_string(), 7.0)].into());
+        // Tick 2: the gateway lost the store, the worker not yet; tick 3: both.
+        let ticks = [
+            Tick {
+                t: 0.0,
+                phase: 0,
+                scrapes: vec![up(1.0), up(1.0), sup.clone()],
+            },
+            Tick {
+                t: 1.0,
+                phase: 0,
+                scrapes: vec![up(1.0), up(1.0), sup.clone()],
+            },
+            Tick {
+                t: 2.0,
+                phase: 1,
+                scrapes: vec![up(0.0), up(1.0), sup.clone()],
+            },
+            Tick {
+                t: 3.0,
+                phase: 1,
+                scrapes: vec![up(0.0), up(0.0), sup],
+            },
+        ];
+        let sample = |second: u64| lab_load::SecondSample {
+            second,
+            sent: 10,
+            ok: 9,
+            good: 9,
+            errors: 1,
+            p50_ms: 1.0,
+            p99_ms: 2.0,
+        };
+        let load = [sample(0), sample(1), sample(2)];
+        let frame = Frame {
+            series: Series {
+                targets: &targets,
+                ticks: &ticks,
+            },
+            load: &load,
+            first: None,
+        };
+        let q = |id| &crate::quantities::find(id).unwrap().expr;
+        let outage = Window::phase(&ticks, 1, 1.0, 2.0);
+        // At the window's last scrape no replica reaches the store; one tick earlier one did.
+        assert_eq!(
+            frame.eval(q("flags_store_reachable_any"), &outage),
+            Some(0.0)
+        );
+        assert_eq!(
+            frame.eval(q("flags_store_reachable_all"), &outage),
+            Some(0.0)
+        );
+        let before = Window::phase(&ticks, 0, 2.0, 0.0);
+        assert_eq!(
+            frame.eval(q("flags_store_reachable_all"), &before),
+            Some(1.0)
+        );
+        let partial = Window::phase(&ticks[..3], 1, 1.0, 2.0);
+        assert_eq!(
+            frame.eval(q("flags_store_reachable_any"), &partial),
+            Some(1.0)
+        );
+        assert_eq!(
+            frame.eval(q("flags_store_reachable_all"), &partial),
+            Some(0.0)
+        );
+        // The supervisor's pseudo-target is no replica: `ANY` does not read it.
+        assert!(!targets[2].is(crate::series::ANY) && targets[1].is(crate::series::ANY));
+        // The phase's own 200s against the run's so far.
+        assert_eq!(frame.eval(&Expr::Answered200, &outage), Some(9.0));
+        assert_eq!(
+            frame.eval(&Expr::SinceStart(&Expr::Answered200), &outage),
+            Some(27.0)
+        );
     }
 }

@@ -80,7 +80,18 @@ impl Recorded {
     /// is not a difference. Empty: the table is what its own data says.
     pub fn differences(&self) -> Vec<String> {
         let mut again = self.phases.clone();
-        summary::summarize_phases(&self.run.frame().series, &self.run.load, &mut again);
+        // The quantities beyond the rows that the run's verdicts had it compute.
+        let judged: Vec<&str> = crate::quantities::QUANTITIES
+            .iter()
+            .filter(|q| !q.row && self.phases.iter().any(|p| p.summary.contains_key(q.id)))
+            .map(|q| q.id)
+            .collect();
+        summary::summarize_phases(
+            &self.run.frame().series,
+            &self.run.load,
+            &mut again,
+            &judged,
+        );
         let mut out = Vec::new();
         for (was, now) in self.phases.iter().zip(&again) {
             for (k, a) in &was.summary {

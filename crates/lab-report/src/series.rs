@@ -24,6 +24,21 @@ pub struct Target {
     pub url: String,
 }
 
+/// The services a quantity of [`ANY`] reads: every replica of the lab (not the supervisor's
+/// pseudo-target, nor the database's) — a fact every process must show, such as a flag applied.
+pub const ANY: &str = "*";
+/// The pseudo-service whose series are facts read from the lab's database during the run (the
+/// enrichment rows of the run's documents), scraped only for a scenario that judges them.
+pub const DATABASE: &str = "database";
+
+impl Target {
+    /// Is this target one of `service`'s replicas ([`ANY`]: any service's)?
+    pub fn is(&self, service: &str) -> bool {
+        self.service == service
+            || (service == ANY && self.service != SUPERVISOR && self.service != DATABASE)
+    }
+}
+
 /// Everything one scrape of one replica returned (`None`: the scrape failed — replica down).
 pub type Scrape = Option<HashMap<String, f64>>;
 
@@ -134,7 +149,7 @@ impl Series<'_> {
     ) -> BTreeMap<K, f64> {
         let mut out = BTreeMap::new();
         for (ti, target) in self.targets.iter().enumerate() {
-            if target.service != service {
+            if !target.is(service) {
                 continue;
             }
             let mut prev: Option<&HashMap<String, f64>> = None;
@@ -204,7 +219,7 @@ impl Series<'_> {
                 self.targets
                     .iter()
                     .enumerate()
-                    .filter(|(_, t)| t.service == service)
+                    .filter(|(_, t)| t.is(service))
                     .filter_map(|(ti, _)| tick.scrapes.get(ti))
                     .all(|scrape| {
                         scrape.as_ref().is_some_and(|m| {
@@ -230,7 +245,7 @@ impl Series<'_> {
     ) -> Option<f64> {
         let mut total: Option<f64> = None;
         for (ti, target) in self.targets.iter().enumerate() {
-            if target.service != service {
+            if !target.is(service) {
                 continue;
             }
             let Some(Some(scrape)) = tick.scrapes.get(ti) else {

@@ -41,11 +41,14 @@ impl PhaseReport {
     }
 }
 
-/// Every phase's summary over its window; amplification against the first phase's.
+/// Every phase's summary over its window; amplification against the first phase's. `judged`:
+/// quantities that are not rows of every table but that this run's verdicts name (a fault
+/// scenario's flag-store and database facts): computed too.
 pub fn summarize_phases(
     series: &Series,
     load: &[lab_load::SecondSample],
     phases: &mut [PhaseReport],
+    judged: &[&str],
 ) {
     let windows: Vec<Window> = phases
         .iter()
@@ -61,13 +64,16 @@ pub fn summarize_phases(
         first: windows.first().copied(),
     };
     for (p, w) in phases.iter_mut().zip(&windows) {
-        p.summary = summarize(&frame, w);
+        p.summary = summarize(&frame, w, judged);
     }
 }
 
-/// Every row of the table over `w` (a row not measurable there is left out).
-pub fn summarize(frame: &Frame, w: &Window) -> PhaseSummary {
-    quantities::rows()
+/// Every row of the table over `w`, and the `judged` quantities (one not measurable there is
+/// left out).
+pub fn summarize(frame: &Frame, w: &Window, judged: &[&str]) -> PhaseSummary {
+    quantities::QUANTITIES
+        .iter()
+        .filter(|q| q.row || judged.contains(&q.id))
         .filter_map(|q| Some((q.id.to_string(), frame.eval(&q.expr, w)?)))
         .collect()
 }
@@ -82,7 +88,7 @@ pub fn markdown(title: &str, phases: &[(String, u64)], summaries: &[PhaseSummary
         md.push_str("---:|");
     }
     md.push('\n');
-    for q in quantities::rows() {
+    for q in quantities::in_tables() {
         if summaries.iter().all(|s| !s.contains_key(q.id)) {
             continue;
         }
@@ -205,4 +211,59 @@ pub fn origins_markdown(
         ));
     }
     md
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::series::{Target, Tick};
+
+    #[test]
+    fn a_quantity_beyond_the_rows_is_computed_and_shown_only_where_a_verdict_judges_it() {
+        let targets = [Target {
+            service: "edge-gateway".into(),
+            replica: "edge-gateway-1".into(),
+            url: String::new(),
+        }];
+        let fail_open = |v: f64| {
+            Some(
+                [(
+                    r#"gateway_ratelimit_decisions_total{decision="fail_open"}"#.to_string(),
+                    v,
+                )]
+                .into(),
+            )
+        };
+        let ticks = [
+            Tick {
+                t: 0.0,
+                phase: 0,
+                scrapes: vec![fail_open(0.0)],
+            },
+            Tick {
+                t: 1.0,
+                phase: 0,
+                scrapes: vec![fail_open(40.0)],
+            },
+        ];
+        let frame = Frame {
+            series: Series {
+                targets: &targets,
+                ticks: &ticks,
+            },
+            load: &[],
+            first: None,
+        };
+        let w = Window::phase(&ticks, 0, 1.0, 0.0);
+        let plain = summarize(&frame, &w, &[]);
+        assert!(!plain.contains_key("ratelimit_fail_open"));
+        let judged = summarize(&frame, &w, &["ratelimit_fail_open"]);
+        assert_eq!(judged.get("ratelimit_fail_open"), Some(&40.0));
+        let label = crate::quantities::find("ratelimit_fail_open")
+            .unwrap()
+            .label;
+        let phases = [("outage".to_string(), 1)];
+        assert!(!markdown("t", &phases, &[plain]).contains(label));
+        assert!(markdown("t", &phases, &[judged]).contains(label));
+    }
 }

@@ -95,3 +95,47 @@ async fn an_event_applied_twice_changes_nothing_the_second_time() {
     );
     assert_eq!(state(&db.url).await.0, 4);
 }
+
+/// What the fault scenarios count as a run's enrichment rows (`lab_db::enrichment_rows`, read
+/// by the engine's `database` pseudo-target): the rows of the documents whose index is in the
+/// run's range, and the distinct documents among them — the same document extracted twice (two
+/// request ids) is two rows and one document.
+#[tokio::test]
+async fn a_runs_rows_are_counted_by_its_documents_and_a_document_twice_shows() {
+    let db = TestDb::new().await;
+    let pool = lab_db::hot_path_pool(&db.url, "test", 1, None).unwrap();
+    let mut client = pool.get().await.unwrap();
+    let origin = Origin {
+        partition: 0,
+        offset: 1,
+    };
+    let doc = |id: &str, index: u64| DocIngested {
+        doc_id: format!("doc_7_{index}"),
+        ..event(id, &[(1, 1)])
+    };
+    let run = 1_000..2_000;
+    for (id, index) in [
+        ("r1", 1_001),
+        ("r2", 1_002),
+        ("r3", 1_002),
+        ("other", 2_000),
+    ] {
+        apply(&mut client, &doc(id, index), origin, 64)
+            .await
+            .unwrap();
+    }
+    // Not a load document at all: never counted.
+    apply(&mut client, &event("corpus", &[(1, 1)]), origin, 64)
+        .await
+        .unwrap();
+    let mut c = lab_db::connect(&db.url).await.unwrap();
+    assert_eq!(
+        lab_db::enrichment_rows(&mut c, run).await.unwrap(),
+        (3, 2),
+        "3 rows of the run's documents, 2 documents: one of them twice"
+    );
+    assert_eq!(
+        lab_db::enrichment_rows(&mut c, 3_000..4_000).await.unwrap(),
+        (0, 0)
+    );
+}

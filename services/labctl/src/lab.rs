@@ -37,7 +37,7 @@ pub async fn run(cmd: LabCommand, g: &Globals) -> anyhow::Result<()> {
         LabCommand::Up(args) => lab_native::up(&args, &g.database_url, &g.state_dir).await,
         LabCommand::Down => lab_native::down(&g.state_dir).await,
         LabCommand::Status { json } => lab_native::status(&g.state_dir, json).await,
-        LabCommand::Ops(words) => words.action()?.run(&lab, &g.database_url, &log).await,
+        LabCommand::Ops(words) => words.action()?.run(&lab, g.experiment().deps(), &log).await,
         LabCommand::Supervise { plan } => lab_native::supervise::supervise(&plan).await,
     }
 }
