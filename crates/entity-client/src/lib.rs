@@ -38,6 +38,7 @@ pub mod client;
 pub mod error;
 pub mod limiter;
 pub mod metrics;
+pub mod policy;
 pub mod retry_budget;
 pub mod retryability;
 pub mod spans;

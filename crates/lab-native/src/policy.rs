@@ -1,7 +1,8 @@
 //! `--policy FILE`: a team's retry policy for the fixed client, loaded by every orchestrator.
 //!
-//! A policy file is an overlay of the orchestrator's own configuration limited to the sections
-//! a client policy is made of — `[budget]` (attempts, per-attempt and total budgets, guard band:
+//! A policy file (its shape: `lab_contract::policy`, next to the hop table it overlays) is an
+//! overlay of the orchestrator's own configuration limited to the sections a client policy is
+//! made of — `[budget]` (attempts, per-attempt and total budgets, guard band:
 //! the entity hop of the hop table), `[resilient]` (the concurrency limit) and `[policy]`
 //! (backoff and jitter, retry budget, breaker) — and it is validated by the orchestrator's own
 //! types before the lab starts: an inverted budget is refused naming both budgets, exactly as
@@ -10,11 +11,9 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use entity_client::policy as client;
+pub use lab_contract::policy::SECTIONS;
 use orchestrator::configuration::{Settings, DEFAULTS};
-
-/// The sections a policy may set; anything else (ports, URLs, the cache) is the lab's, not the
-/// policy's, and a file that sets it is refused.
-pub const SECTIONS: &[&str] = &["budget", "resilient", "policy"];
 
 #[derive(Debug, Clone)]
 pub struct Policy {
@@ -57,7 +56,11 @@ pub fn load(path: &Path) -> anyhow::Result<Policy> {
         .with_context(|| format!("policy {} is refused", path.display()))?;
     let hop = settings.hop_table()?.entity;
     let p = &settings.policy;
-    let (backoff, budget, breaker) = (p.backoff()?, p.retry_budget()?, p.breaker()?);
+    let (backoff, budget, breaker) = (
+        client::backoff(p)?,
+        client::retry_budget(p)?,
+        client::breaker(p)?,
+    );
     let name = p.name.clone().unwrap_or_else(|| {
         path.file_stem()
             .map(|s| s.to_string_lossy().into_owned())

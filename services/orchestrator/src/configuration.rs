@@ -1,11 +1,7 @@
 //! orchestrator configuration (see `config/defaults.toml` for every value and its why).
 
-use std::time::Duration;
-
-use entity_client::backoff::BASE_BACKOFF;
-use entity_client::{
-    hop_table, Backoff, BreakerConfig, Budget, HopTable, Jitter, RetryBudgetConfig,
-};
+use entity_client::{hop_table, HopTable};
+pub use lab_contract::policy::{BudgetOverrides, PolicySettings, ResilientSettings};
 use lab_core::server::{AdminSettings, HttpSettings};
 use serde::Deserialize;
 
@@ -52,93 +48,6 @@ pub struct CacheSettings {
     pub warmup_budget_ms: u64,
 }
 
-/// Overrides of the entity hop of the hop table (absent: the table's value).
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct BudgetOverrides {
-    pub entity_total_ms: Option<u64>,
-    pub entity_per_attempt_ms: Option<u64>,
-    pub entity_guard_band_ms: Option<u64>,
-    pub entity_max_attempts: Option<u32>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ResilientSettings {
-    pub max_concurrency: usize,
-    pub max_concurrency_adaptive: usize,
-}
-
-/// The fixed client's retry policy beyond the hop table and the concurrency limit: backoff,
-/// retry budget, breaker. Absent keys keep the client's defaults, each with its why where it is
-/// defined (`entity_client::backoff`, `RetryBudgetConfig`, `BreakerConfig`). A team's policy
-/// file sets them (see `load/policies/`).
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PolicySettings {
-    /// A name for reports (`grpc-retry-throttling`).
-    pub name: Option<String>,
-    pub backoff_base_ms: Option<u64>,
-    pub backoff_cap_ms: Option<u64>,
-    /// `full`, `equal` or `none`.
-    pub jitter: Option<String>,
-    pub retry_budget_max_tokens: Option<f64>,
-    pub retry_budget_retry_cost: Option<f64>,
-    pub retry_budget_success_credit: Option<f64>,
-    pub breaker_failure_ratio: Option<f64>,
-    pub breaker_min_requests: Option<u32>,
-    pub breaker_window_ms: Option<u64>,
-    pub breaker_shedding_ms: Option<u64>,
-    pub breaker_probes: Option<u32>,
-}
-
-impl PolicySettings {
-    /// The backoff schedule, or which key is wrong.
-    pub fn backoff(&self) -> anyhow::Result<Backoff> {
-        let d = Backoff::entity();
-        let base = self
-            .backoff_base_ms
-            .map_or(BASE_BACKOFF, Duration::from_millis);
-        let cap = self.backoff_cap_ms.map_or(d.cap(), Duration::from_millis);
-        let b = Backoff::try_new(base, cap)
-            .map_err(|e| anyhow::anyhow!("policy.backoff_base_ms / policy.backoff_cap_ms: {e}"))?;
-        Ok(match &self.jitter {
-            Some(j) => b.with_jitter(
-                j.parse::<Jitter>()
-                    .map_err(|e| anyhow::anyhow!("policy.jitter: {e}"))?,
-            ),
-            None => b,
-        })
-    }
-
-    pub fn retry_budget(&self) -> anyhow::Result<RetryBudgetConfig> {
-        let d = RetryBudgetConfig::default();
-        let c = RetryBudgetConfig {
-            max_tokens: self.retry_budget_max_tokens.unwrap_or(d.max_tokens),
-            retry_cost: self.retry_budget_retry_cost.unwrap_or(d.retry_cost),
-            success_credit: self.retry_budget_success_credit.unwrap_or(d.success_credit),
-        };
-        c.validate()
-            .map_err(|e| anyhow::anyhow!("policy.retry_budget_*: {e}"))?;
-        Ok(c)
-    }
-
-    pub fn breaker(&self) -> anyhow::Result<BreakerConfig> {
-        let d = BreakerConfig::default();
-        let ms = Duration::from_millis;
-        let c = BreakerConfig {
-            failure_ratio: self.breaker_failure_ratio.unwrap_or(d.failure_ratio),
-            min_requests: self.breaker_min_requests.unwrap_or(d.min_requests),
-            window: self.breaker_window_ms.map_or(d.window, ms),
-            shedding_for: self.breaker_shedding_ms.map_or(d.shedding_for, ms),
-            probes: self.breaker_probes.unwrap_or(d.probes),
-        };
-        c.validate()
-            .map_err(|e| anyhow::anyhow!("policy.breaker_*: {e}"))?;
-        Ok(c)
-    }
-}
-
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LegacySettings {
@@ -158,18 +67,8 @@ impl Settings {
     /// The hop table with this process's overrides, validated: an inverted table is an error
     /// naming both budgets, and the orchestrator refuses to start on it.
     pub fn hop_table(&self) -> anyhow::Result<HopTable> {
-        let base = hop_table();
-        let e = &base.entity;
-        let o = &self.budget;
-        let ms = Duration::from_millis;
-        let entity = Budget {
-            name: e.name.clone(),
-            total: o.entity_total_ms.map_or(e.total, ms),
-            per_attempt: o.entity_per_attempt_ms.map_or(e.per_attempt, ms),
-            guard_band: o.entity_guard_band_ms.map_or(e.guard_band, ms),
-            max_attempts: o.entity_max_attempts.unwrap_or(e.max_attempts),
-        };
-        HopTable::new(base.gateway, base.orchestrator, entity)
+        self.budget
+            .apply(hop_table())
             .map_err(|e| anyhow::anyhow!("refusing to start: {e}"))
     }
 
@@ -184,25 +83,15 @@ impl Settings {
         );
         anyhow::ensure!(self.cache.capacity > 0, "cache.capacity must be at least 1");
         anyhow::ensure!(
-            self.resilient.max_concurrency > 0,
-            "resilient.max_concurrency must be at least 1"
-        );
-        anyhow::ensure!(
             self.legacy.max_conns_per_host > 0,
             "legacy.max_conns_per_host must be at least 1"
         );
-        anyhow::ensure!(
-            self.resilient.max_concurrency_adaptive >= self.resilient.max_concurrency,
-            "resilient.max_concurrency_adaptive ({}) must be >= resilient.max_concurrency ({}): \
-             the adaptive limit starts at the static one",
-            self.resilient.max_concurrency_adaptive,
-            self.resilient.max_concurrency
-        );
+        self.resilient.validate().map_err(anyhow::Error::msg)?;
         self.kafka.validate()?;
         self.hop_table()?;
-        self.policy.backoff()?;
-        self.policy.retry_budget()?;
-        self.policy.breaker()?;
+        entity_client::policy::backoff(&self.policy)?;
+        entity_client::policy::retry_budget(&self.policy)?;
+        entity_client::policy::breaker(&self.policy)?;
         Ok(())
     }
 }
@@ -221,8 +110,8 @@ mod tests {
         let s = Settings::defaults().unwrap();
         s.validate().unwrap();
         let t = s.hop_table().unwrap();
-        assert_eq!(t.entity.total, Duration::from_millis(1800));
-        assert_eq!(t.entity.per_attempt, Duration::from_millis(700));
+        assert_eq!(t.entity.total, std::time::Duration::from_millis(1800));
+        assert_eq!(t.entity.per_attempt, std::time::Duration::from_millis(700));
     }
 
     #[test]

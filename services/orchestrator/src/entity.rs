@@ -97,14 +97,14 @@ impl EntityClients {
             ClientConfig {
                 base_urls: urls,
                 budget: table.entity.clone(),
-                retry_budget: settings.policy.retry_budget()?,
-                breaker: settings.policy.breaker()?,
+                retry_budget: entity_client::policy::retry_budget(&settings.policy)?,
+                breaker: entity_client::policy::breaker(&settings.policy)?,
                 max_concurrency: settings.resilient.max_concurrency,
                 max_concurrency_adaptive: settings.resilient.max_concurrency_adaptive,
             },
             client_metrics,
         )?
-        .with_backoff(settings.policy.backoff()?);
+        .with_backoff(entity_client::policy::backoff(&settings.policy)?);
         Ok(Self {
             legacy,
             resilient,
