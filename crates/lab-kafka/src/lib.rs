@@ -27,6 +27,11 @@ pub use producer::{EventProducer, ProducerSettings};
 pub fn client_config(servers: &str) -> rdkafka::ClientConfig {
     let mut c = rdkafka::ClientConfig::new();
     c.set("bootstrap.servers", servers);
+    // KIP-714 client metrics push: off. The lab reads its clients' numbers from its own
+    // Prometheus metrics, and a broker without the feature (tansu 0.6) is asked again for its
+    // telemetry subscriptions every 5 s by every client — 12 requests a minute each, a fifth of
+    // an idle lab's requests at the broker (issue 29; counted in librdkafka's protocol log).
+    c.set("enable.metrics.push", "false");
     if let Ok(contexts) = std::env::var("LAB_KAFKA_DEBUG") {
         if !contexts.trim().is_empty() {
             c.set("debug", contexts.trim());

@@ -31,6 +31,7 @@ pub struct KafkaSettings {
     pub session_timeout_ms: u64,
     pub max_poll_interval_ms: u64,
     pub lag_interval_ms: u64,
+    pub fetch_wait_max_ms: u64,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -73,6 +74,11 @@ impl Settings {
             "kafka.lag_interval_ms must be at least 1"
         );
         anyhow::ensure!(
+            (1..=30_000).contains(&self.kafka.fetch_wait_max_ms),
+            "kafka.fetch_wait_max_ms must be 1..=30000 (a fetch held longer than librdkafka's \
+             socket timeout, 60 s, would be taken for a dead broker)"
+        );
+        anyhow::ensure!(
             self.enrich.max_entities_for_pairs >= 2,
             "enrich.max_entities_for_pairs must be at least 2 (a pair)"
         );
@@ -100,5 +106,15 @@ mod tests {
         let s: Settings = lab_core::config::load_from("enrichment", DEFAULTS, env).unwrap();
         let err = s.validate().unwrap_err().to_string();
         assert!(err.contains("LAB_KAFKA__BROKERS"), "{err}");
+    }
+
+    #[test]
+    fn a_fetch_wait_of_zero_or_past_the_socket_timeout_is_refused() {
+        for bad in ["0", "60000"] {
+            let env = [("LAB_KAFKA__FETCH_WAIT_MAX_MS".to_string(), bad.to_string())];
+            let s: Settings = lab_core::config::load_from("enrichment", DEFAULTS, env).unwrap();
+            let err = s.validate().unwrap_err().to_string();
+            assert!(err.contains("kafka.fetch_wait_max_ms"), "{bad}: {err}");
+        }
     }
 }

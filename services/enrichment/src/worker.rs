@@ -254,6 +254,7 @@ pub fn consumer(
         .set("auto.offset.reset", "earliest")
         .set("session.timeout.ms", k.session_timeout_ms.to_string())
         .set("max.poll.interval.ms", k.max_poll_interval_ms.to_string())
+        .set("fetch.wait.max.ms", k.fetch_wait_max_ms.to_string())
         .set(
             "heartbeat.interval.ms",
             (k.session_timeout_ms / 3).max(1).to_string(),
@@ -470,7 +471,7 @@ impl Worker {
 /// (seen in a game day: 0 partitions assigned, 11,333 events behind, and a per-owner metric that
 /// showed nothing at all). The offsets are read by a client of their own that carries the group id but never
 /// joins: on the consumer's own connection every query would wait behind its fetch long-poll
-/// (brokers answer a connection's requests in order; `fetch.wait.max.ms` is 500 ms), which made
+/// (brokers answer a connection's requests in order; `kafka.fetch_wait_max_ms`), which made
 /// twelve partitions' queries time out while the worker was consuming (seen in the pause test).
 async fn lag_loop(
     consumer: Arc<WorkerConsumer>,
