@@ -24,7 +24,8 @@ source "$HERE/lib/apt.sh"      # apt_ensure
 
 RUFF_VERSION="0.17.6"   # pinned, bump deliberately (the rules are listed in scripts/lib/ruff.toml)
 RUFF_VENV="$LAB_TOOLS_DIR/venvs/ruff-$RUFF_VERSION"
-EXEMPT=(scripts/chain-limit.sh)
+# Scripts held to severity error only while they wait for a rewrite (none now).
+EXEMPT=()
 
 # --- tools ----------------------------------------------------------------------------------------
 mkdir -p "$LAB_TOOLS_DIR/venvs"
@@ -55,8 +56,8 @@ done
 step "ruff $RUFF_VERSION (rules: scripts/lib/ruff.toml) over scripts/lib/ and its packages"
 "$RUFF_VENV/bin/ruff" check --no-cache --config scripts/lib/ruff.toml scripts/lib/*.py scripts/lib/*/*.py || failed+=(ruff)
 
-step "$(shellcheck --version | sed -n 's/^version: /shellcheck /p') over ${#owned[@]} scripts; ${EXEMPT[*]} at severity error"
-if shellcheck -x "${owned[@]}" && shellcheck -x -S error "${EXEMPT[@]}"; then
+step "$(shellcheck --version | sed -n 's/^version: /shellcheck /p') over ${#owned[@]} scripts${EXEMPT[*]:+; ${EXEMPT[*]} at severity error}"
+if shellcheck -x "${owned[@]}" && { ((${#EXEMPT[@]} == 0)) || shellcheck -x -S error "${EXEMPT[@]}"; }; then
     echo "  no findings"
 else
     failed+=(shellcheck)
