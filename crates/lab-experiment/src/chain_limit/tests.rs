@@ -57,6 +57,75 @@ fn step(name: &str, kind: StepKind, rate: f64, p99: f64, passed: bool) -> StepRo
     }
 }
 
+fn meta() -> Meta {
+    Meta {
+        started: 1_796_156_638,
+        out: ".lab/reports/chain-limit-1796156638".into(),
+        cores: 2,
+        cpu_model: "AMD EPYC".into(),
+        pg_version: "15.20".into(),
+        release_debug: "\"line-tables-only\"".into(),
+        lab_db: "retry_storm_lab".into(),
+        pgbench_db: "chain_limit_pgbench".into(),
+        pgbench_scale: 10,
+        pgbench_seconds: 15,
+        step_seconds: 20,
+        warmup_rate: 500.0,
+        warmup_seconds: 60,
+        profile_seconds: 15,
+        idle_settle_seconds: 30,
+        idle_sample_seconds: 60,
+        p99_ms: 250.0,
+        ok_pct: 99.0,
+        hot_params: 2_000,
+        hot_per_txn: 8,
+        kafka: "127.0.0.1:9092".into(),
+        perf_hz: 499,
+        hot_plan: Some(HotPlanLine {
+            shape: "Limit → Index Scan  [index scan: healthy]  0.02 ms".into(),
+            state: vec!["entities: 1000339 live".into()],
+        }),
+    }
+}
+
+fn profile() -> Profile {
+    Profile {
+        sampler: "perf record (cpu-clock, 499 Hz, --call-graph dwarf)".into(),
+        command: "perf record -F 499 --call-graph dwarf -p PID -- sleep 15".into(),
+        dwarf_probe_samples: 155,
+        symbols: "orchestrator: not stripped".into(),
+        targets: vec![
+            ProfileTarget {
+                name: "orchestrator-1".into(),
+                pids: "28286".into(),
+                top: Some(ProfileTop {
+                    samples: 879,
+                    sym: vec![SymEntry {
+                        pct: 5.35,
+                        dso: "[kernel.kallsyms]".into(),
+                        sym: "finish_task_switch.isra.0".into(),
+                    }],
+                    dso: vec![("orchestrator".into(), 68.4)],
+                    families: vec![("kernel (syscalls, TCP loopback, scheduler)".into(), 19.2)],
+                    stack_samples: 879,
+                    inclusive: vec![(
+                        "tracing subscriber + OpenTelemetry (span bookkeeping, export)".into(),
+                        12.0,
+                    )],
+                    own: vec![("orchestrator::plan::plan".into(), 13.0)],
+                }),
+                why: None,
+            },
+            ProfileTarget {
+                name: "tansu".into(),
+                pids: "5014".into(),
+                top: None,
+                why: Some("no perf data".into()),
+            },
+        ],
+    }
+}
+
 pub(super) fn sample() -> Summary {
     let mut profile_step = step("profile", StepKind::Profile, 1_000.0, 171.0, false);
     profile_step.cpu.threads.insert(
@@ -70,34 +139,7 @@ pub(super) fn sample() -> Summary {
         )]),
     );
     Summary {
-        meta: Meta {
-            started: 1_796_156_638,
-            out: ".lab/reports/chain-limit-1796156638".into(),
-            cores: 2,
-            cpu_model: "AMD EPYC".into(),
-            pg_version: "15.20".into(),
-            release_debug: "\"line-tables-only\"".into(),
-            lab_db: "retry_storm_lab".into(),
-            pgbench_db: "chain_limit_pgbench".into(),
-            pgbench_scale: 10,
-            pgbench_seconds: 15,
-            step_seconds: 20,
-            warmup_rate: 500.0,
-            warmup_seconds: 60,
-            profile_seconds: 15,
-            idle_settle_seconds: 30,
-            idle_sample_seconds: 60,
-            p99_ms: 250.0,
-            ok_pct: 99.0,
-            hot_params: 2_000,
-            hot_per_txn: 8,
-            kafka: "127.0.0.1:9092".into(),
-            perf_hz: 499,
-            hot_plan: Some(HotPlanLine {
-                shape: "Limit → Index Scan  [index scan: healthy]  0.02 ms".into(),
-                state: vec!["entities: 1000339 live".into()],
-            }),
-        },
+        meta: meta(),
         pgbench: vec![
             PgbenchRow {
                 script: pgbench::SELECT_ONLY.into(),
@@ -145,41 +187,7 @@ pub(super) fn sample() -> Summary {
         ],
         max_sustainable_rps: Some(1_000.0),
         stopped_early: Some("rate-1600".into()),
-        profile: Some(Profile {
-            sampler: "perf record (cpu-clock, 499 Hz, --call-graph dwarf)".into(),
-            command: "perf record -F 499 --call-graph dwarf -p PID -- sleep 15".into(),
-            dwarf_probe_samples: 155,
-            symbols: "orchestrator: not stripped".into(),
-            targets: vec![
-                ProfileTarget {
-                    name: "orchestrator-1".into(),
-                    pids: "28286".into(),
-                    top: Some(ProfileTop {
-                        samples: 879,
-                        sym: vec![SymEntry {
-                            pct: 5.35,
-                            dso: "[kernel.kallsyms]".into(),
-                            sym: "finish_task_switch.isra.0".into(),
-                        }],
-                        dso: vec![("orchestrator".into(), 68.4)],
-                        families: vec![("kernel (syscalls, TCP loopback, scheduler)".into(), 19.2)],
-                        stack_samples: 879,
-                        inclusive: vec![(
-                            "tracing subscriber + OpenTelemetry (span bookkeeping, export)".into(),
-                            12.0,
-                        )],
-                        own: vec![("orchestrator::plan::plan".into(), 13.0)],
-                    }),
-                    why: None,
-                },
-                ProfileTarget {
-                    name: "tansu".into(),
-                    pids: "5014".into(),
-                    top: None,
-                    why: Some("no perf data".into()),
-                },
-            ],
-        }),
+        profile: Some(profile()),
     }
 }
 
