@@ -520,12 +520,7 @@ fn profile_target(md: &mut String, t: &ProfileTarget, prof: &StepRow) {
             shorten(&e.sym, 110).replace('|', "¦")
         );
     }
-    let fam: Vec<String> = top
-        .families
-        .iter()
-        .filter(|(_, v)| *v >= 1.0)
-        .map(|(k, v)| format!("{k} {v:.1} %"))
-        .collect();
+    let fam = shares(&top.families, 1);
     if !fam.is_empty() {
         let _ = writeln!(
             md,
@@ -533,12 +528,7 @@ fn profile_target(md: &mut String, t: &ProfileTarget, prof: &StepRow) {
             fam.join(", ")
         );
     }
-    let inc: Vec<String> = top
-        .inclusive
-        .iter()
-        .filter(|(_, v)| *v >= 1.0)
-        .map(|(k, v)| format!("{k} {v:.0} %"))
-        .collect();
+    let inc = shares(&top.inclusive, 0);
     if !inc.is_empty() {
         let _ = writeln!(
             md,
@@ -561,6 +551,14 @@ fn profile_target(md: &mut String, t: &ProfileTarget, prof: &StepRow) {
         );
     }
     md.push('\n');
+}
+
+/// `name 12.3 %` for each share of at least 1 %, `digits` after the point.
+fn shares(list: &[(String, f64)], digits: usize) -> Vec<String> {
+    list.iter()
+        .filter(|(_, v)| *v >= 1.0)
+        .map(|(k, v)| format!("{k} {v:.digits$} %"))
+        .collect()
 }
 
 fn shorten(s: &str, max: usize) -> String {
