@@ -136,7 +136,7 @@ fn round_trips(s: &Summary, r: &StepRow) -> Option<String> {
     let rt = (st + 3.0 * res) / res;
     let pgb = s.pgbench_best(HOT).and_then(|h| {
         let c = h.cpu.as_ref()?;
-        Some(1e6 * c.cores_with_prefix("postgres backends") / h.lookups_s)
+        Some(1e6 * super::report::pgbench_backends(c) / h.lookups_s)
     });
     Some(format!(
         "**Three of every resolve's round trips to PostgreSQL carry no lookup**: with a budget the fixed client's request runs `BEGIN`, \

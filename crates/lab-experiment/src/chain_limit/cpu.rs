@@ -18,6 +18,7 @@ pub const PG_LAB_PREFIX: &str = "postgres backends of the lab database";
 pub const PG_ENTITY: &str = "postgres backends of the lab database: entity-service";
 pub const PG_PGBENCH: &str = "postgres backends of the pgbench database";
 pub const PG_OTHER: &str = "postgres (other: background workers, autovacuum)";
+pub const PG_OTHER_DBS: &str = "postgres backends of other databases (not this run's)";
 
 /// One `/proc/<pid>/stat` (or a task's): its name, CPU ticks so far, start time.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -174,19 +175,25 @@ pub fn category(who: &Who, pid: u32, p: &Proc) -> String {
     format!("other: {comm}")
 }
 
-/// A backend's title is `postgres: <role> <database> <host>(<port>) <state>`.
+/// A client backend's title is `postgres: [<cluster>:] <role> <database> <host>(<port>) <state>`
+/// (Debian names the cluster, `15/main:`); any other title is the server's own process
+/// (checkpointer, walwriter, an autovacuum worker, the postmaster).
+pub fn backend_of(cmd: &str) -> Option<(&str, &str)> {
+    let rest = cmd.strip_prefix("postgres:")?;
+    let mut words = rest.split_whitespace().skip_while(|w| w.ends_with(':'));
+    let (role, db, client) = (words.next()?, words.next()?, words.next()?);
+    let is_client = client == "[local]" || (client.ends_with(')') && client.contains('('));
+    is_client.then_some((role, db))
+}
+
 fn postgres_category(who: &Who, cmd: &str) -> String {
-    let words: Vec<&str> = cmd.split_whitespace().collect();
-    let (role, db) = match words.as_slice() {
-        ["postgres:", role, db, ..] => (*role, *db),
-        _ => ("", ""),
-    };
-    if !who.lab_db.is_empty() && db == who.lab_db {
-        format!("{PG_LAB_PREFIX}: {}", service_of_role(role))
-    } else if !who.pgbench_db.is_empty() && db == who.pgbench_db {
-        PG_PGBENCH.into()
-    } else {
-        PG_OTHER.into()
+    match backend_of(cmd) {
+        Some((role, db)) if !who.lab_db.is_empty() && db == who.lab_db => {
+            format!("{PG_LAB_PREFIX}: {}", service_of_role(role))
+        }
+        Some((_, db)) if !who.pgbench_db.is_empty() && db == who.pgbench_db => PG_PGBENCH.into(),
+        Some(_) => PG_OTHER_DBS.into(),
+        None => PG_OTHER.into(),
     }
 }
 
@@ -232,8 +239,7 @@ impl CpuSplit {
         self.by_process
             .iter()
             .filter(|(k, _)| k.starts_with(prefix))
-            .map(|(_, v)| v)
-            .sum()
+            .fold(0.0, |a, (_, v)| a + v)
     }
 
     /// The rows, biggest first; rows under `min` folded into one.
@@ -244,7 +250,10 @@ impl CpuSplit {
             .map(|(k, v)| (k.clone(), *v))
             .collect();
         all.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        let rest: f64 = all.iter().filter(|(_, v)| *v < min).map(|(_, v)| v).sum();
+        let rest = all
+            .iter()
+            .filter(|(_, v)| *v < min)
+            .fold(0.0, |a, (_, v)| a + v);
         all.retain(|(_, v)| *v >= min);
         if rest >= 0.005 {
             all.push((format!("everything else (each < {min:.2} cores)"), rest));
@@ -371,6 +380,16 @@ mod tests {
             be("postgres: lab_entity_service lab 127.0.0.1(5) idle"),
             PG_ENTITY
         );
+        assert_eq!(
+            be("postgres: 15/main: lab_entity_service lab 127.0.0.1(55320) idle in transaction"),
+            PG_ENTITY
+        );
+        assert_eq!(
+            be("postgres: 15/main: lab_enrichment other_lab 127.0.0.1(1) idle"),
+            PG_OTHER_DBS
+        );
+        assert_eq!(be("postgres: 15/main: autovacuum worker lab"), PG_OTHER);
+        assert_eq!(be("postgres: 15/main: checkpointer"), PG_OTHER);
         assert_eq!(
             be("postgres: postgres lab 127.0.0.1(5) idle"),
             "postgres backends of the lab database: other clients"

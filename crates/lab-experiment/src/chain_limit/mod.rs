@@ -210,7 +210,7 @@ async fn chain(cfg: &Config, lab: &lab::LabUnderTest, out: &Path) -> anyhow::Res
     let idle = lab
         .idle(cfg.idle_settle_seconds, cfg.idle_sample_seconds)
         .await;
-    let lab_total: f64 = report::lab_rows(&idle).iter().map(|(_, v)| v).sum();
+    let lab_total = report::lab_rows(&idle).iter().fold(0.0, |a, (_, v)| a + v);
     say(format!(
         "  idle: the lab {lab_total:.3} cores, the broker {:.3}, the machine {:.2} busy",
         idle.cores(cpu::BROKER),

@@ -479,7 +479,12 @@ pub async fn symbols(bin_dir: &Path) -> String {
     let mut out = Vec::new();
     for b in ["orchestrator", "entity-service", "edge-gateway"] {
         let path = bin_dir.join(b);
-        let Ok(o) = Command::new("readelf").arg("-S").arg(&path).output().await else {
+        let Ok(o) = Command::new("readelf")
+            .args(["-S", "-W"])
+            .arg(&path)
+            .output()
+            .await
+        else {
             out.push(format!("{b}: ?"));
             continue;
         };

@@ -76,12 +76,17 @@ fn intro(md: &mut String, s: &Summary) {
     );
 }
 
+/// The PostgreSQL backends a pgbench run drove: the scratch database's and the lab's.
+pub fn pgbench_backends(c: &CpuSplit) -> f64 {
+    c.cores_with_prefix(cpu::PG_LAB_PREFIX) + c.cores(cpu::PG_PGBENCH)
+}
+
 /// pgbench's CPU cell: backends / client / broker / rest.
 fn pgbench_cpu(r: &PgbenchRow) -> (String, f64) {
     let Some(c) = &r.cpu else {
         return ("—".into(), 0.0);
     };
-    let pg = c.cores_with_prefix("postgres backends");
+    let pg = pgbench_backends(c);
     let (cl, tn) = (c.cores(cpu::PGBENCH_CLIENT), c.cores(cpu::BROKER));
     let rest = (c.busy_cores - pg - cl - tn).max(0.0);
     (format!("{pg:.2} / {cl:.2} / {tn:.2} / {rest:.2}"), rest)
@@ -153,7 +158,11 @@ fn noisy_part(r: &PgbenchRow) -> String {
     let mut rest: Vec<(&String, &f64)> = c
         .by_process
         .iter()
-        .filter(|(k, _)| !k.starts_with("postgres backends") && k.as_str() != cpu::PGBENCH_CLIENT)
+        .filter(|(k, _)| {
+            !k.starts_with(cpu::PG_LAB_PREFIX)
+                && k.as_str() != cpu::PG_PGBENCH
+                && k.as_str() != cpu::PGBENCH_CLIENT
+        })
         .collect();
     rest.sort_by(|a, b| b.1.total_cmp(a.1));
     let top: Vec<String> = rest
@@ -327,8 +336,7 @@ pub fn services_cores(c: &CpuSplit) -> f64 {
                 .iter()
                 .any(|p| k.strip_prefix(p).is_some_and(|n| n.parse::<u32>().is_ok()))
         })
-        .map(|(_, v)| v)
-        .sum()
+        .fold(0.0, |a, (_, v)| a + v)
 }
 
 fn cpu_section(md: &mut String, s: &Summary) {
@@ -378,7 +386,7 @@ fn cpu_section(md: &mut String, s: &Summary) {
 /// The lab's own processes in a split: replicas, supervisor, broker, Redis, PostgreSQL.
 pub fn lab_rows(c: &CpuSplit) -> Vec<(String, f64)> {
     let own = |k: &str| {
-        k.starts_with("postgres")
+        (k.starts_with("postgres") && k != cpu::PG_OTHER_DBS && k != cpu::PG_PGBENCH)
             || [cpu::BROKER, cpu::SUPERVISOR, cpu::REDIS].contains(&k)
             || [
                 "edge-gateway-",
@@ -422,7 +430,7 @@ fn idle_section(md: &mut String, s: &Summary) {
         let th = idle.threads.get(k).map(threads_text).unwrap_or_default();
         let _ = writeln!(md, "| {k} | {v:.3} | {th} |");
     }
-    let total: f64 = rows.iter().map(|(_, v)| v).sum();
+    let total = rows.iter().fold(0.0, |a, (_, v)| a + v);
     let broker = idle.cores(cpu::BROKER);
     let _ = writeln!(md, "| **the lab in all** | **{total:.3}** | |");
     let verdict = |ok: bool| if ok { "within" } else { "**over**" };

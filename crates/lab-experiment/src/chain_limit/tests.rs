@@ -270,3 +270,17 @@ fn utc_minute_is_the_civil_date() {
     assert_eq!(utc_minute(951_782_400), "2000-02-29 00:00 UTC");
     assert_eq!(utc_minute(1_796_156_638), "2026-12-01 20:23 UTC");
 }
+
+#[test]
+fn report_never_prints_negative_zero_and_leaves_other_databases_out_of_the_lab() {
+    let mut s = sample();
+    s.pgbench[0].cpu = Some(split(&[(cpu::PGBENCH_CLIENT, 0.7)], 1.0));
+    s.idle = Some(split(
+        &[(cpu::BROKER, 0.02), (cpu::PG_OTHER_DBS, 0.4), (cpu::PG_OTHER, 0.01)],
+        0.5,
+    ));
+    let md = report::markdown(&s);
+    assert!(!md.contains("-0.00"), "{md}");
+    assert!(md.contains("| 0.00 / 0.70 / 0.00 / 0.30 |"), "{md}");
+    assert!(md.contains("| **the lab in all** | **0.030** |"), "{md}");
+}
