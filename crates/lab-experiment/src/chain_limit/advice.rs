@@ -194,24 +194,34 @@ fn allocator(s: &Summary) -> Option<String> {
 fn caveat(s: &Summary, r: &StepRow) -> String {
     let cores = s.meta.cores as f64;
     let gen = r.cpu.cores(cpu::LOAD_GENERATOR);
-    let head = format!(
+    let mut t = format!(
         "**Not a fix, a caveat**: the load generator took {gen:.2} cores ({:.0} % of the machine) at the maximum",
         100.0 * gen / cores
     );
-    let (Some(client), Some(low)) = (
-        s.pgbench_best(SELECT_ONLY)
-            .and_then(|b| b.cpu.as_ref())
-            .map(|c| c.cores(cpu::PGBENCH_CLIENT)),
-        s.ladder().next(),
-    ) else {
-        return format!("{head}.");
-    };
-    format!(
-        "{head} and pgbench's own client {client:.2} cores in the -S run, so both sides of the ratio pay for their client; the chain's \
-         CPU per answered document was {} ms at {} rps and {} ms at {} rps: the part of the machine's load that does not grow with \
-         the rate is fixed cost.",
-        num(low.cpu_ms_per_doc(), 2), num(Some(low.rate), 0), num(r.cpu_ms_per_doc(), 2), num(Some(r.rate), 0)
-    )
+    let client = s
+        .pgbench_best(SELECT_ONLY)
+        .and_then(|b| b.cpu.as_ref())
+        .map(|c| c.cores(cpu::PGBENCH_CLIENT));
+    if let Some(client) = client {
+        let _ = write!(
+            t,
+            " and pgbench's own client {client:.2} cores in the -S run, so both sides of the ratio pay for their client"
+        );
+    }
+    // How CPU per document changes from the lowest rung to the maximum, when they differ.
+    if let Some(low) = s.ladder().next().filter(|low| low.rate != r.rate) {
+        let _ = write!(
+            t,
+            "; the chain's CPU per answered document was {} ms at {} rps and {} ms at {} rps: the part of the machine's load \
+             that does not grow with the rate is fixed cost",
+            num(low.cpu_ms_per_doc(), 2),
+            num(Some(low.rate), 0),
+            num(r.cpu_ms_per_doc(), 2),
+            num(Some(r.rate), 0)
+        );
+    }
+    t.push('.');
+    t
 }
 
 fn profiling(s: &Summary) -> String {

@@ -255,6 +255,8 @@ fn report_without_a_passing_step_says_so_and_uses_the_lowest() {
     let md = report::markdown(&s);
     assert!(md.contains("**No step stayed within the bound**"), "{md}");
     assert!(md.contains("## 4. Where the CPU goes at 600 rps"), "{md}");
+    assert!(!md.contains("at 600 rps and"), "no comparison of a rung with itself\n{md}");
+    assert!(md.contains("in the -S run, so both sides of the ratio pay for their client."), "{md}");
 }
 
 #[test]
@@ -276,7 +278,11 @@ fn report_never_prints_negative_zero_and_leaves_other_databases_out_of_the_lab()
     let mut s = sample();
     s.pgbench[0].cpu = Some(split(&[(cpu::PGBENCH_CLIENT, 0.7)], 1.0));
     s.idle = Some(split(
-        &[(cpu::BROKER, 0.02), (cpu::PG_OTHER_DBS, 0.4), (cpu::PG_OTHER, 0.01)],
+        &[
+            (cpu::BROKER, 0.02),
+            (cpu::PG_OTHER_DBS, 0.4),
+            (cpu::PG_OTHER, 0.01),
+        ],
         0.5,
     ));
     let md = report::markdown(&s);
