@@ -122,6 +122,23 @@ impl LabUnderTest {
         lab_flags::Store::new(&self.g.redis_url)?.reset().await
     }
 
+    /// The lab's processes by their row in the CPU split: replicas, supervisor, broker.
+    pub fn processes(&self) -> std::collections::BTreeMap<String, u32> {
+        let mut m: std::collections::BTreeMap<String, u32> = self
+            .who
+            .replicas
+            .iter()
+            .map(|(p, n)| (n.clone(), *p))
+            .collect();
+        if let Some(p) = self.who.supervisor {
+            m.insert(cpu::SUPERVISOR.into(), p);
+        }
+        if let Some(p) = self.broker {
+            m.insert(cpu::BROKER.into(), p);
+        }
+        m
+    }
+
     pub fn pid_of(&self, replica: &str) -> Option<u32> {
         self.who
             .replicas

@@ -161,6 +161,7 @@ pub async fn run(cfg: &Config, g: &Globals, keys: Vec<ApiKeyRecord>) -> anyhow::
         meta,
         pgbench,
         idle: Some(chain.idle),
+        lab_processes: chain.processes,
         max_sustainable_rps: ladder::max_sustainable(chain.steps.iter()).map(|s| s.rate),
         steps: chain.steps,
         stopped_early: chain.stopped,
@@ -197,6 +198,7 @@ fn ensure_tool(tool: &str, package: &str) -> anyhow::Result<()> {
 /// What the chain part measured.
 struct Chain {
     idle: cpu::CpuSplit,
+    processes: std::collections::BTreeMap<String, u32>,
     steps: Vec<StepRow>,
     stopped: Option<String>,
     profile: Option<summary::Profile>,
@@ -266,6 +268,7 @@ async fn chain(cfg: &Config, lab: &lab::LabUnderTest, out: &Path) -> anyhow::Res
     let profile = profile_step(cfg, lab, out, &profile_plan, &mut steps).await?;
     Ok(Chain {
         idle,
+        processes: lab.processes(),
         steps,
         stopped,
         profile,

@@ -424,15 +424,16 @@ fn idle_section(md: &mut String, s: &Summary) {
          machine was {:.2} of {} cores busy. Issue 29 asks for ≤ 0.05 cores in all and the broker ≤ 0.01.\n",
         m.idle_settle_seconds, idle.seconds, idle.busy_cores, m.cores
     );
-    md.push_str("| process | cores, idle | threads (cores) |\n|---|---:|---|\n");
+    md.push_str("| process | pid | cores, idle | threads (cores) |\n|---|---:|---:|---|\n");
     let rows = lab_rows(idle);
     for (k, v) in &rows {
         let th = idle.threads.get(k).map(threads_text).unwrap_or_default();
-        let _ = writeln!(md, "| {k} | {v:.3} | {th} |");
+        let pid = s.lab_processes.get(k).map_or("—".into(), u32::to_string);
+        let _ = writeln!(md, "| {k} | {pid} | {v:.3} | {th} |");
     }
     let total = rows.iter().fold(0.0, |a, (_, v)| a + v);
     let broker = idle.cores(cpu::BROKER);
-    let _ = writeln!(md, "| **the lab in all** | **{total:.3}** | |");
+    let _ = writeln!(md, "| **the lab in all** | | **{total:.3}** | |");
     let verdict = |ok: bool| if ok { "within" } else { "**over**" };
     let _ = writeln!(
         md,

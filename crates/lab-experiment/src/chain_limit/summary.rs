@@ -21,6 +21,10 @@ pub struct Summary {
     pub pgbench: Vec<PgbenchRow>,
     /// The lab up and settled, no load.
     pub idle: Option<CpuSplit>,
+    /// The lab's processes by their row in the CPU split: each replica's pid from the
+    /// supervisor's table (what `labctl status --json` reports), the supervisor's, the broker's.
+    #[serde(default)]
+    pub lab_processes: BTreeMap<String, u32>,
     /// Warm-up, the ladder's steps and the profile step, in the order they ran.
     pub steps: Vec<StepRow>,
     /// The highest ladder step within the bound (offered rps).

@@ -170,6 +170,10 @@ pub(super) fn sample() -> Summary {
                 cpu: None,
             },
         ],
+        lab_processes: BTreeMap::from([
+            ("orchestrator-1".into(), 28286),
+            (cpu::BROKER.into(), 5014),
+        ]),
         idle: Some(split(
             &[
                 (cpu::BROKER, 0.110),
@@ -228,7 +232,8 @@ fn report_keeps_every_table_of_the_published_report_and_adds_the_idle_lab() {
         "| step | offered rps | answered 200/s |",
         "| chain at its maximum | per second |",
         "| process | cores at the max rate | share of the machine | cores, idle lab |",
-        "| process | cores, idle | threads (cores) |",
+        "| process | pid | cores, idle | threads (cores) |",
+        "| orchestrator-1 | 28286 | 0.011 |",
         "| self % | object | symbol |",
         "### orchestrator-1 (pid 28286)",
         "Threads (cores, /proc during the profile): tokio-rt-worker ×2 0.12",
@@ -242,7 +247,7 @@ fn report_keeps_every_table_of_the_published_report_and_adds_the_idle_lab() {
         md.contains("0.51 (26 %)"),
         "the broker's share at each step\n{md}"
     );
-    assert!(md.contains("| **the lab in all** | **0.125** |"), "{md}");
+    assert!(md.contains("| **the lab in all** | | **0.125** |"), "{md}");
     assert!(md.contains("(no perf samples: `no perf data`)"), "{md}");
 }
 
@@ -255,8 +260,14 @@ fn report_without_a_passing_step_says_so_and_uses_the_lowest() {
     let md = report::markdown(&s);
     assert!(md.contains("**No step stayed within the bound**"), "{md}");
     assert!(md.contains("## 4. Where the CPU goes at 600 rps"), "{md}");
-    assert!(!md.contains("at 600 rps and"), "no comparison of a rung with itself\n{md}");
-    assert!(md.contains("in the -S run, so both sides of the ratio pay for their client."), "{md}");
+    assert!(
+        !md.contains("at 600 rps and"),
+        "no comparison of a rung with itself\n{md}"
+    );
+    assert!(
+        md.contains("in the -S run, so both sides of the ratio pay for their client."),
+        "{md}"
+    );
 }
 
 #[test]
@@ -288,5 +299,5 @@ fn report_never_prints_negative_zero_and_leaves_other_databases_out_of_the_lab()
     let md = report::markdown(&s);
     assert!(!md.contains("-0.00"), "{md}");
     assert!(md.contains("| 0.00 / 0.70 / 0.00 / 0.30 |"), "{md}");
-    assert!(md.contains("| **the lab in all** | **0.030** |"), "{md}");
+    assert!(md.contains("| **the lab in all** | | **0.030** |"), "{md}");
 }
