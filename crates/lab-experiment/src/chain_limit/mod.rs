@@ -143,7 +143,7 @@ pub async fn run(cfg: &Config, g: &Globals, keys: Vec<ApiKeyRecord>) -> anyhow::
         dir: &out.join("pgbench"),
         cores: meta.cores,
     };
-    let (pgbench, hot_params) = interruptible(pgbench::run_all(&plan)).await?;
+    let (pgbench, hot_params) = pgbench::run_all(&plan).await?;
     meta.hot_params = hot_params;
     say("fresh native lab, resilient mode");
     let lab = match lab::LabUnderTest::up(&cfg.lab, g, keys, meta.cores).await {

@@ -224,7 +224,8 @@ pub async fn run_all(plan: &Plan<'_>) -> anyhow::Result<(Vec<PgbenchRow>, usize)
     admin
         .batch_execute(&format!("CREATE DATABASE {scratch}"))
         .await?;
-    let result = measure(plan).await;
+    // Ctrl-C stops pgbench (its child is killed on drop); the scratch database is dropped below.
+    let result = super::interruptible(measure(plan)).await;
     let dropped = admin
         .batch_execute(&format!("DROP DATABASE IF EXISTS {scratch}"))
         .await;
