@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # scripts/lib/common.sh — sourced, not run: the helpers every script of scripts/ used to define for
-# itself (issue 25). Sourced by all of them but test.sh and chain-limit.sh.
+# itself (issue 25). Sourced by all of them but test.sh.
 #
 #   LOG_TAG=deps
 #   source "$HERE/lib/common.sh"

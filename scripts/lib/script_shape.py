@@ -12,8 +12,8 @@ import sys
 
 MAX_LINES = 300
 MAX_HEREDOC = 50
-# To be replaced by Rust (issue 25); not held to the rules meanwhile.
-EXEMPT = {"scripts/chain-limit.sh"}
+# Scripts waiting for a rewrite, not held to the rules meanwhile (none now).
+EXEMPT = set()
 
 # <<WORD, <<-WORD, <<'WORD', <<"WORD"; not <<< (a here-string) and not a shift (1 << 2).
 HEREDOC = re.compile(r"(?<!<)<<(-?)\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\2")

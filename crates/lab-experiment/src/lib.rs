@@ -10,6 +10,8 @@
 //! - [`replay`]: the main job — calibrate, then the incident in both modes on fresh labs —
 //!   and [`repeats`] (k of N); [`cell`]: one fresh-lab measurement, the unit of [`ablate`] and
 //!   [`map`].
+//! - [`chain_limit`]: the chain against its physical limit — pgbench, the idle lab, a rate
+//!   ladder, the CPU by process and perf profiles (`labctl chain-limit`).
 //! - [`targets`], [`traces`], [`progress`]: where the replicas are, the worst trace kept, the
 //!   bars a terminal shows.
 //!
@@ -25,6 +27,7 @@
 pub mod ablate;
 pub mod action;
 pub mod cell;
+pub mod chain_limit;
 pub mod engine;
 pub mod map;
 pub mod progress;

@@ -12,11 +12,13 @@
 //! labctl gameday <scenario> --mode legacy|resilient   a scenario, scraped and summarized
 //! labctl replay [--mode both]        the main job: calibrate, replay the incident, verdicts
 //! labctl watch                        the report's panels, live, in a terminal
+//! labctl chain-limit                   the chain against its physical limit (pgbench, ladder, perf)
 //! labctl rollout restart <service>     a rolling restart (Argo's rollback: every cache cold)
 //! labctl scale <service> --replicas N  more (cold) replicas, joining the gateway's rotation
 //! labctl limits memory <service> 700M  a memory limit the kernel enforces (OOMKilled)
 //! ```
 
+mod chain_limit;
 mod db;
 mod experiment;
 mod extract;
@@ -120,6 +122,9 @@ enum Command {
     Backfill(trigger::BackfillCli),
     /// Fix (or fail to fix) the stale statistics: `analyze` cures, `vacuum` alone does not.
     Remediate(trigger::RemediateCli),
+    /// The chain against its physical limit: pgbench with the lab down, the idle lab, a rate
+    /// ladder to the maximum sustainable rate, the CPU by process and perf profiles.
+    ChainLimit(Box<chain_limit::ChainLimitArgs>),
     /// Kafka: the enrichment group's lag per partition (like kafka-consumer-groups.sh --describe).
     Kafka {
         #[command(subcommand)]
@@ -149,6 +154,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Experiment(cmd) => experiment::run(*cmd, &g).await,
         Command::Backfill(b) => trigger::backfill(b, &g).await,
         Command::Remediate(r) => trigger::remediate(r, &g).await,
+        Command::ChainLimit(a) => chain_limit::run(*a, &g).await,
         Command::Kafka { command } => kafka::run(command, &g.state_dir).await,
         Command::Watch(args) => watch::run(&args, &g.state_dir).await,
         Command::Trace(args) => trace::run(&args, &g.state_dir).await,
