@@ -184,4 +184,28 @@ async fn group_lag_counts_every_unconsumed_event() {
     .unwrap();
     assert_eq!(lags.len(), 12);
     assert_eq!(lags.iter().map(|l| l.lag).sum::<i64>(), 37, "{lags:?}");
+
+    // A log end the caller already knows (a worker's own fetch responses) is taken as given; the
+    // broker is asked for the others, which come out as before.
+    let (b, n) = (brokers.clone(), name.clone());
+    let with_known = tokio::task::spawn_blocking(move || {
+        let c: rdkafka::consumer::BaseConsumer = lab_kafka::client_config(&b)
+            .set("group.id", "nobody-consumes")
+            .create()
+            .unwrap();
+        let partitions: Vec<i32> = (0..12).collect();
+        let known = std::collections::HashMap::from([(3, 1_000)]);
+        lab_kafka::lag::measure(&c, &n, &partitions, &known, &Default::default(), TIMEOUT)
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    for (asked, known) in lags.iter().zip(&with_known) {
+        let want = if known.partition == 3 {
+            1_000
+        } else {
+            asked.lag
+        };
+        assert_eq!(known.lag, want, "{with_known:?}");
+    }
 }

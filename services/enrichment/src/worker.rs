@@ -35,6 +35,7 @@ use rdkafka::consumer::{
 };
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{BorrowedMessage, Message};
+use rdkafka::statistics::Statistics;
 use rdkafka::{ClientContext, TopicPartitionList};
 use tokio::sync::watch;
 use tracing::Instrument as _;
@@ -52,6 +53,8 @@ const PAUSE_CHECK: Duration = Duration::from_millis(250);
 /// Bound on one lag measurement's broker round trips (milliseconds on loopback; a hung broker
 /// must not stall the loop for longer).
 const LAG_QUERY_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often librdkafka reports the fetched partitions' log ends (see `consumer`).
+const STATS_INTERVAL_MS: u64 = 1000;
 
 #[derive(Clone)]
 pub struct WorkerMetrics {
@@ -144,9 +147,30 @@ pub struct WorkerContext {
     paused: AtomicBool,
     /// Per partition: the last offset received + 1 (the lag's log-end floor, see lab_kafka::lag).
     consumed_end: Mutex<HashMap<i32, i64>>,
+    /// Per partition this worker is fetching: the log end its last fetch response carried
+    /// (librdkafka's statistics, every `lag_interval_ms`). The lag loop asks the broker only for
+    /// the others: tansu's ListOffsets reads the whole partition (see lab_kafka::lag::measure).
+    fetched_end: Mutex<HashMap<i32, i64>>,
+    topic: String,
 }
 
-impl ClientContext for WorkerContext {}
+impl ClientContext for WorkerContext {
+    fn stats(&self, stats: Statistics) {
+        let Some(topic) = stats.topics.get(&self.topic) else {
+            return;
+        };
+        // Only partitions being fetched now: a paused or stopped one's `hi_offset` is as old as
+        // its last fetch.
+        let ends = topic
+            .partitions
+            .values()
+            .filter(|p| p.partition >= 0 && p.fetch_state == "active" && p.hi_offset >= 0)
+            .map(|p| (p.partition, p.hi_offset));
+        let mut fetched = self.fetched_end.lock().expect("not poisoned");
+        fetched.clear();
+        fetched.extend(ends);
+    }
+}
 
 impl ConsumerContext for WorkerContext {
     fn pre_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
@@ -158,8 +182,10 @@ impl ConsumerContext for WorkerContext {
                 // block the runtime thread polling the consumer without a bound.
                 // The floor of the lag's log end is only known for partitions this worker reads.
                 let mut ends = self.consumed_end.lock().expect("not poisoned");
+                let mut fetched = self.fetched_end.lock().expect("not poisoned");
                 for e in tpl.elements() {
                     ends.remove(&e.partition());
+                    fetched.remove(&e.partition());
                 }
                 tracing::info!(partitions = ?partitions_of(tpl), "partitions revoked");
             }
@@ -255,6 +281,12 @@ pub fn consumer(
         .set("session.timeout.ms", k.session_timeout_ms.to_string())
         .set("max.poll.interval.ms", k.max_poll_interval_ms.to_string())
         .set("fetch.wait.max.ms", k.fetch_wait_max_ms.to_string())
+        // The log ends of the partitions this worker fetches, for the lag (WorkerContext::stats):
+        // at most a second old when the lag loop reads them, a parse of a few KB of JSON a second.
+        .set(
+            "statistics.interval.ms",
+            k.lag_interval_ms.min(STATS_INTERVAL_MS).to_string(),
+        )
         .set(
             "heartbeat.interval.ms",
             (k.session_timeout_ms / 3).max(1).to_string(),
@@ -263,6 +295,8 @@ pub fn consumer(
             metrics,
             paused: AtomicBool::new(false),
             consumed_end: Mutex::new(HashMap::new()),
+            fetched_end: Mutex::new(HashMap::new()),
+            topic: k.topic.clone(),
         })
         .map_err(|e| anyhow::anyhow!("kafka consumer for {servers}: {e}"))?;
     consumer
@@ -500,8 +534,24 @@ async fn lag_loop(
                 .lock()
                 .expect("not poisoned")
                 .clone();
-            let lags =
-                lab_kafka::lag::measure(r.as_ref(), &t, &partitions, &ends, LAG_QUERY_TIMEOUT);
+            // While the worker is paused its fetch responses stop: every log end from the broker.
+            let fetched = if c.context().paused.load(Ordering::SeqCst) {
+                HashMap::new()
+            } else {
+                c.context()
+                    .fetched_end
+                    .lock()
+                    .expect("not poisoned")
+                    .clone()
+            };
+            let lags = lab_kafka::lag::measure(
+                r.as_ref(),
+                &t,
+                &partitions,
+                &fetched,
+                &ends,
+                LAG_QUERY_TIMEOUT,
+            );
             // Serve the reader's own queue (its log and error events land there): unpolled, it
             // would grow for as long as the worker runs.
             let _ = r.poll(Duration::ZERO);
