@@ -14,13 +14,13 @@
 //! | `enrichment_events_total` | `outcome` | `applied`, `duplicate` (a redelivery, changed nothing), `invalid` (not a `doc.ingested` event: logged and skipped) |
 //! | `enrichment_event_duration_seconds` | | one event's transaction, retries included |
 //! | `enrichment_event_age_seconds` | | extraction finished → enrichment applied: the lag in time |
-//! | `enrichment_consumer_lag` | `partition` | the group's lag: log end − committed offset, for EVERY partition of the topic, reported by each worker (read it with `max by (partition)`); a group that owns nothing still shows its backlog ([`lab_kafka::lag`]) |
+//! | `enrichment_consumer_lag` | `partition` | the group's lag: log end − committed offset, reported by each worker for the partitions it fetches, and for EVERY partition of the topic by a worker that fetches none (read it with `max by (partition)`); a group that owns nothing still shows its backlog ([`lab_kafka::lag`], `lag_loop`) |
 //! | `enrichment_rebalances_total` | `kind` | `assign`, `revoke`, `error` |
 //! | `enrichment_assigned_partitions` | | partitions this worker owns now |
 //! | `enrichment_paused` | | 1 while consumption is paused by `fault.enrichment.paused` |
 //! | `enrichment_write_retries_total` | | writes that failed and were retried (PostgreSQL down, a deadlock) |
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -499,14 +499,20 @@ impl Worker {
     }
 }
 
-/// Every `interval`: the group's lag on every partition of the topic (blocking broker round trips,
-/// off the async threads). Not only the owned partitions: a group can own nothing — every member
-/// stuck in a rebalance that never completes, as tansu does to a group two members left at once
-/// (seen in a game day: 0 partitions assigned, 11,333 events behind, and a per-owner metric that
-/// showed nothing at all). The offsets are read by a client of their own that carries the group id but never
-/// joins: on the consumer's own connection every query would wait behind its fetch long-poll
-/// (brokers answer a connection's requests in order; `kafka.fetch_wait_max_ms`), which made
-/// twelve partitions' queries time out while the worker was consuming (seen in the pause test).
+/// Every `interval`: the group's lag (blocking broker round trips, off the async threads), on the
+/// partitions this worker is fetching, their log ends from its own fetch responses (see
+/// [`WorkerContext`]). A worker that fetches nothing — paused, stuck in a rebalance, owning no
+/// partition — asks the broker for EVERY partition of the topic instead: a group can own nothing,
+/// every member stuck in a rebalance that never completes, as tansu does to a group two members
+/// left at once (seen in a game day: 0 partitions assigned, 11,333 events behind, and a per-owner
+/// metric that showed nothing at all). So `max by (partition)` over the workers is the group's lag
+/// whether it is consuming or stuck, and a consuming group costs the broker no ListOffsets (issue
+/// 29: tansu's reads the whole partition; two workers asking for all 12 every 5 s were most of an
+/// idle broker's CPU). The offsets are read by a client of their own that carries the group id
+/// but never joins: on the consumer's own connection every query would wait behind its fetch
+/// long-poll (brokers answer a connection's requests in order; `kafka.fetch_wait_max_ms`), which
+/// made twelve partitions' queries time out while the worker was consuming (seen in the pause
+/// test).
 async fn lag_loop(
     consumer: Arc<WorkerConsumer>,
     reader: Arc<BaseConsumer>,
@@ -515,19 +521,11 @@ async fn lag_loop(
 ) {
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut reported = BTreeSet::new();
     loop {
         tick.tick().await;
         let (c, r, t) = (consumer.clone(), reader.clone(), topic.clone());
         let res = tokio::task::spawn_blocking(move || {
-            // Every partition of the topic, owned or not: the GROUP's backlog. A group that owns
-            // nothing (all members gone, or a rebalance that never completes) still shows it.
-            let md = r.fetch_metadata(Some(&t), LAG_QUERY_TIMEOUT)?;
-            let partitions: Vec<i32> = md
-                .topics()
-                .iter()
-                .filter(|x| x.name() == t)
-                .flat_map(|x| x.partitions().iter().map(|p| p.id()))
-                .collect();
             let ends = c
                 .context()
                 .consumed_end
@@ -543,6 +541,17 @@ async fn lag_loop(
                     .lock()
                     .expect("not poisoned")
                     .clone()
+            };
+            let partitions: Vec<i32> = if fetched.is_empty() {
+                // Every partition of the topic: the GROUP's backlog, owned or not.
+                let md = r.fetch_metadata(Some(&t), LAG_QUERY_TIMEOUT)?;
+                md.topics()
+                    .iter()
+                    .filter(|x| x.name() == t)
+                    .flat_map(|x| x.partitions().iter().map(|p| p.id()))
+                    .collect()
+            } else {
+                fetched.keys().copied().collect()
             };
             let lags = lab_kafka::lag::measure(
                 r.as_ref(),
@@ -561,11 +570,18 @@ async fn lag_loop(
         match res {
             Ok(Ok(lags)) => {
                 let gauge = &consumer.context().metrics.lag;
+                let now: BTreeSet<i32> = lags.iter().map(|l| l.partition).collect();
+                // A partition this worker no longer reports (moved to another worker) must not
+                // keep its last value: `max by (partition)` would read it for ever.
+                for gone in reported.difference(&now) {
+                    let _ = gauge.remove_label_values(&[&gone.to_string()]);
+                }
                 for l in &lags {
                     gauge
                         .with_label_values(&[&l.partition.to_string()])
                         .set(l.lag);
                 }
+                reported = now;
             }
             Ok(Err(e)) => tracing::warn!(error = %e, "measuring consumer lag failed"),
             Err(e) => tracing::warn!(error = %e, "lag task failed"),
