@@ -301,3 +301,58 @@ fn report_never_prints_negative_zero_and_leaves_other_databases_out_of_the_lab()
     assert!(md.contains("| 0.00 / 0.70 / 0.00 / 0.30 |"), "{md}");
     assert!(md.contains("| **the lab in all** | | **0.030** |"), "{md}");
 }
+
+#[test]
+fn idle_bounds_are_judged_only_on_what_was_sampled() {
+    let s = sample();
+    let idle = s.idle.as_ref().unwrap();
+    // Measured and over: the broker at 0.110, the lab at 0.125.
+    let (lab, broker) = report::idle_bounds(idle, &s.lab_processes);
+    assert_eq!(lab, "0.125 cores, **over**");
+    assert_eq!(broker, "0.110 cores, **over**");
+    let md = report::markdown(&s);
+    assert!(md.contains("The lab in all: 0.125 cores, **over** (issue 29: ≤ 0.05 cores); the broker: 0.110 cores, **over** (≤ 0.01), 88 % of the lab's idle CPU."), "{md}");
+
+    // Within, once the numbers are small.
+    let quiet = split(
+        &[
+            (cpu::BROKER, 0.005),
+            ("orchestrator-1", 0.002),
+            (cpu::SUPERVISOR, 0.001),
+        ],
+        0.01,
+    );
+    let (lab, broker) = report::idle_bounds(&quiet, &s.lab_processes);
+    assert_eq!(
+        (lab.as_str(), broker.as_str()),
+        ("0.008 cores, within", "0.005 cores, within")
+    );
+
+    // The broker not found reads 0 cores nowhere: not measured, and "—" in the steps' column.
+    let mut no_broker = sample();
+    for c in no_broker
+        .idle
+        .iter_mut()
+        .chain(no_broker.steps.iter_mut().map(|r| &mut r.cpu))
+    {
+        c.by_process.remove(cpu::BROKER);
+    }
+    let (_, broker) =
+        report::idle_bounds(no_broker.idle.as_ref().unwrap(), &no_broker.lab_processes);
+    assert_eq!(broker, "not measured (no broker process in the sample)");
+    let md = report::markdown(&no_broker);
+    assert!(
+        !md.contains("within the 0.01") && md.contains("not measured (no broker"),
+        "{md}"
+    );
+    assert!(
+        !md.contains("0.00 (0 %)"),
+        "a missing broker drawn as zero\n{md}"
+    );
+
+    // A lab process missing from the sample: the total would be too small, so not judged.
+    let mut gone = sample();
+    gone.lab_processes.insert("orchestrator-2".into(), 28290);
+    let (lab, _) = report::idle_bounds(gone.idle.as_ref().unwrap(), &gone.lab_processes);
+    assert_eq!(lab, "not measured (orchestrator-2 not in the sample)");
+}
