@@ -15,6 +15,7 @@
 //! | `enrichment_event_duration_seconds` | | one event's transaction, retries included |
 //! | `enrichment_event_age_seconds` | | extraction finished → enrichment applied: the lag in time |
 //! | `enrichment_consumer_lag` | `partition` | the group's lag: log end − committed offset, reported by each worker for the partitions it fetches, and for EVERY partition of the topic by a worker that fetches none (read it with `max by (partition)`); a group that owns nothing still shows its backlog ([`lab_kafka::lag`], `lag_loop`) |
+//! | `enrichment_lag_log_ends_total` | `source` | the log ends each lag measurement used, per partition: `fetch` (the worker's own fetch responses) or `broker` (ListOffsets; on tansu it reads the partition, issue 29) |
 //! | `enrichment_rebalances_total` | `kind` | `assign`, `revoke`, `error` |
 //! | `enrichment_assigned_partitions` | | partitions this worker owns now |
 //! | `enrichment_paused` | | 1 while consumption is paused by `fault.enrichment.paused` |
@@ -64,6 +65,8 @@ pub struct WorkerMetrics {
     duration: Histogram,
     age: Histogram,
     lag: IntGaugeVec,
+    /// Per lag measurement, per partition: where its log end came from (`fetch`, `broker`).
+    log_ends: IntCounterVec,
     rebalances: IntCounterVec,
     assigned: IntGauge,
     paused: IntGauge,
@@ -111,11 +114,16 @@ impl WorkerMetrics {
                 IntGaugeVec::new(
                     Opts::new(
                         "enrichment_consumer_lag",
-                        "The consumer group's lag: events between its committed offset and the log end, per partition of the topic (every worker reports every partition)",
+                        "The consumer group's lag: events between its committed offset and the log end, per partition: the partitions this worker fetches, or every partition when it fetches none (read with max by partition)",
                     ),
                     &["partition"],
                 )
                 .expect("valid metric"),
+            ),
+            log_ends: m.counter_vec(
+                "enrichment_lag_log_ends_total",
+                "Log ends the lag was measured with, per partition and measurement, by source: fetch (the worker's own fetch responses, free), broker (a ListOffsets request, which tansu answers by reading the partition)",
+                &["source"],
             ),
             rebalances: m.counter_vec(
                 "enrichment_rebalances_total",
@@ -564,12 +572,19 @@ async fn lag_loop(
             // Serve the reader's own queue (its log and error events land there): unpolled, it
             // would grow for as long as the worker runs.
             let _ = r.poll(Duration::ZERO);
-            lags
+            lags.map(|l| (l, fetched.len()))
         })
         .await;
         match res {
-            Ok(Ok(lags)) => {
-                let gauge = &consumer.context().metrics.lag;
+            Ok(Ok((lags, from_fetch))) => {
+                let m = &consumer.context().metrics;
+                m.log_ends
+                    .with_label_values(&["fetch"])
+                    .inc_by(from_fetch as u64);
+                m.log_ends
+                    .with_label_values(&["broker"])
+                    .inc_by((lags.len() - from_fetch.min(lags.len())) as u64);
+                let gauge = &m.lag;
                 let now: BTreeSet<i32> = lags.iter().map(|l| l.partition).collect();
                 // A partition this worker no longer reports (moved to another worker) must not
                 // keep its last value: `max by (partition)` would read it for ever.

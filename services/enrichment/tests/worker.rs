@@ -66,6 +66,24 @@ impl Worker {
             .sum()
     }
 
+    /// Wait (bounded) until `name` is at least `want`.
+    async fn wait_metric_at_least(
+        &self,
+        name: &str,
+        filter: &str,
+        want: f64,
+        within: Duration,
+    ) -> f64 {
+        let t0 = Instant::now();
+        loop {
+            let v = self.metric(name, filter).await;
+            if v >= want || t0.elapsed() > within {
+                return v;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// Wait (bounded) until `name` reaches `want`.
     async fn wait_metric(&self, name: &str, filter: &str, want: f64, within: Duration) -> f64 {
         let t0 = Instant::now();
@@ -286,6 +304,24 @@ async fn a_paused_group_reports_exactly_the_backlog_as_lag() {
             .await,
         0.0
     );
+    // Consuming, the worker measures its lag with the log ends of its own fetches and asks the
+    // broker for none (issue 29: tansu's ListOffsets reads the whole partition): two more
+    // measurements of its 12 partitions, and the broker counter has not moved.
+    const ENDS: &str = "enrichment_lag_log_ends_total";
+    let (fetch, broker) = ("source=\"fetch\"", "source=\"broker\"");
+    let broker0 = w.metric(ENDS, broker).await;
+    let fetch0 = w.metric(ENDS, fetch).await;
+    assert!(
+        w.wait_metric_at_least(ENDS, fetch, fetch0 + 24.0, Duration::from_secs(10))
+            .await
+            >= fetch0 + 24.0,
+        "a consuming worker's log ends come from its fetches"
+    );
+    assert_eq!(
+        w.metric(ENDS, broker).await,
+        broker0,
+        "and not from the broker"
+    );
 
     flags.set("fault.enrichment.paused", "on").await.unwrap();
     // The worker says when its partitions are paused (not a sleep: it checks the flag on its own
@@ -315,6 +351,13 @@ async fn a_paused_group_reports_exactly_the_backlog_as_lag() {
             .unwrap()
             .unwrap();
     assert_eq!(outside.iter().map(|l| l.lag).sum::<i64>(), N as i64);
+    // Paused, its fetches stop: every partition's log end is the broker's.
+    assert!(
+        w.wait_metric_at_least(ENDS, broker, broker0 + 12.0, Duration::from_secs(10))
+            .await
+            >= broker0 + 12.0,
+        "a paused worker asks the broker"
+    );
     assert_eq!(
         counts(&s.db.url).await.0,
         20,
