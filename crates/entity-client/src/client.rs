@@ -12,6 +12,8 @@
 //!     remaining - guard_band >= 120 ms?          no ─▶ NoBudget            [shed: no_budget]
 //!     breaker admits?                            no ─▶ BreakerOpen         [shed: breaker_open]
 //!     limiter has a permit (no queue)?           no ─▶ ConcurrencyLimited  [shed: concurrency_limit]
+//!       (default: entity-service sizes the capacity and refuses what its pool cannot serve in
+//!        time, a retryable 503; the limit here only bounds this process: limiter::Adapt::Callee)
 //!     retry: spend the token, count the retry    (a shed or a caller gone above refunds it)
 //!     attempt with min(remaining - guard_band, per_attempt), sending X-Request-Budget-Ms
 //!       ok                                 ─▶ deposit a retry token, return
@@ -74,11 +76,13 @@ pub struct ClientConfig {
     pub retry_budget: RetryBudgetConfig,
     /// When to stop calling a failing entity-service altogether.
     pub breaker: BreakerConfig,
-    /// Attempts allowed in flight to entity-service at once; the excess is shed, never queued.
-    /// Size it to entity-service's capacity share of this process (config says how). The
-    /// adaptive limit starts here.
+    /// The static limit (`Controls::adaptive_limit: None`): attempts allowed in flight to
+    /// entity-service at once; the excess is shed, never queued. A per-replica share of
+    /// entity-service's connections for one fleet size (config says how). The adaptive limits
+    /// start here.
     pub max_concurrency: usize,
-    /// The adaptive limit's ceiling (`Controls::adaptive_limit`): at least `max_concurrency`.
+    /// The adaptive limits' ceiling, and per endpoint in `base_urls` the callee policy's
+    /// ([`Adapt::Callee`]): at least `max_concurrency`.
     pub max_concurrency_adaptive: usize,
 }
 
@@ -101,8 +105,8 @@ pub struct Controls {
     pub breaker: bool,
     /// On: each attempt needs a limiter permit (shed at once when full). Off: unlimited.
     pub concurrency_limit: bool,
-    /// With `concurrency_limit` on: the limit adapts ([`crate::limiter::Adapt`]: AIMD or Vegas)
-    /// instead of staying at `max_concurrency`; `None`: the static limit.
+    /// With `concurrency_limit` on, how the limit is sized ([`crate::limiter::Adapt`]): by the
+    /// callee's admission (the default), AIMD or Vegas; `None`: the static `max_concurrency`.
     pub adaptive_limit: Option<Adapt>,
 }
 
@@ -116,7 +120,7 @@ impl Default for Controls {
             jitter: true,
             breaker: true,
             concurrency_limit: true,
-            adaptive_limit: None,
+            adaptive_limit: Some(Adapt::Callee),
         }
     }
 }
@@ -210,6 +214,7 @@ impl Client {
             limiter: Limiter::new(
                 config.max_concurrency,
                 config.max_concurrency_adaptive,
+                config.base_urls.len(),
                 metrics.pool_in_use(),
                 metrics.concurrency_limit(),
             ),

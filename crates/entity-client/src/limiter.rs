@@ -22,9 +22,18 @@
 //!   `[1, max_concurrency_adaptive]`. A slow but healthy dependency earns the permits its latency
 //!   needs; an overloaded one loses them as fast as it fails.
 //! - **Vegas**: [`Adapt::Vegas`].
+//! - **callee** ([`Adapt::Callee`], the default): the capacity is sized where it is known.
+//!   entity-service admits a budgeted request only when the wait for one of its PostgreSQL
+//!   connections and the query fit in the caller's budget, and refuses at once (503, retryable
+//!   on another replica) what cannot (`services/entity-service/src/admission.rs`). This side
+//!   keeps a non-queueing ceiling for its own memory only: `max_concurrency_adaptive` (the
+//!   postmortem's 64 connection slots per host) for each entity-service endpoint it knows, so it
+//!   follows the endpoint set instead of a per-replica share guessed for one fleet size.
 //!
-//! Measured (docs/reports/noharm-slow-not-overloaded.md): none of the three wins both the slow
-//! but healthy dependency and the real stale plan, so the lab's default is the static limit.
+//! Measured (docs/reports/noharm-slow-not-overloaded.md): neither AIMD nor Vegas won both the
+//! slow but healthy dependency and the real stale plan; the static limit (16) lost the first,
+//! and shed a cold orchestrator's burst during a routine rollout (issue 27). The static limit
+//! stays as the named policy `off` of `resilience.concurrency_adaptive`, for comparison.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -42,6 +51,9 @@ pub struct Limiter {
     permits: Semaphore,
     /// The configured size, for errors and logs; the adaptive limit's starting point.
     limit: usize,
+    /// [`Adapt::Callee`]'s ceiling: `max_concurrency_adaptive` per entity-service endpoint.
+    ceiling: Semaphore,
+    ceiling_size: usize,
     adaptive: Adaptive,
     /// `entity_pool_slots{state="in_use"}`, moved with inc/dec so it adds up with the legacy
     /// client's slots on a shared registry.
@@ -95,6 +107,10 @@ pub enum Adapt {
     /// everyone (no queue: every round trip near the floor) keeps its permits; one that
     /// queues loses them before the timeouts start.
     Vegas,
+    /// Not sized here: entity-service admits what fits its pool within the caller's budget and
+    /// refuses the rest at once; this side only caps its own in-flight attempts at
+    /// `max_concurrency_adaptive` per endpoint (memory, never capacity).
+    Callee,
 }
 
 /// What an attempt's outcome says about entity-service's capacity.
@@ -107,12 +123,22 @@ pub enum Signal {
 }
 
 impl Limiter {
-    /// `limit` must be >= 1 and `adaptive_max >= limit` (checked by the client's constructor).
-    pub fn new(limit: usize, adaptive_max: usize, in_use: IntGauge, current: IntGauge) -> Self {
+    /// `limit` must be >= 1 and `adaptive_max >= limit` (checked by the client's constructor);
+    /// `endpoints`: the entity-service endpoints this client calls (at least one).
+    pub fn new(
+        limit: usize,
+        adaptive_max: usize,
+        endpoints: usize,
+        in_use: IntGauge,
+        current: IntGauge,
+    ) -> Self {
         current.set(limit as i64);
+        let ceiling_size = adaptive_max.max(limit) * endpoints.max(1);
         Self {
             permits: Semaphore::new(limit),
             limit,
+            ceiling: Semaphore::new(ceiling_size),
+            ceiling_size,
             adaptive: Adaptive {
                 limit: Mutex::new(limit as f64),
                 in_flight: AtomicUsize::new(0),
@@ -154,8 +180,23 @@ impl Limiter {
         self.try_acquire_adapting(Adapt::Aimd)
     }
 
+    /// [`Adapt::Callee`]'s ceiling (`max_concurrency_adaptive` × endpoints).
+    pub fn ceiling(&self) -> usize {
+        self.ceiling_size
+    }
+
     /// A permit of the adaptive limit, adapted by `how`, or `None` at once when it is reached.
     pub fn try_acquire_adapting(&self, how: Adapt) -> Option<LimiterPermit<'_>> {
+        if how == Adapt::Callee {
+            let permit = self.ceiling.try_acquire().ok()?;
+            self.in_use.inc();
+            self.current.set(self.ceiling_size as i64);
+            return Some(LimiterPermit {
+                kind: Kind::Static(permit),
+                limiter: self,
+                signal: None,
+            });
+        }
         let a = &self.adaptive;
         let limit = (*a.limit.lock().unwrap() as usize).max(1);
         let mut now = a.in_flight.load(Ordering::Acquire);
@@ -271,7 +312,7 @@ mod tests {
     #[test]
     fn limiter_sheds_at_once_when_full_and_recovers_on_release() {
         let (gauge, current) = gauges();
-        let l = Limiter::new(2, 8, gauge.clone(), current);
+        let l = Limiter::new(2, 8, 1, gauge.clone(), current);
         let a = l.try_acquire().expect("first");
         let b = l.try_acquire().expect("second");
         assert_eq!(gauge.get(), 2);
@@ -285,7 +326,7 @@ mod tests {
     #[test]
     fn the_adaptive_limit_grows_while_used_and_answered_up_to_its_ceiling() {
         let (gauge, current) = gauges();
-        let l = Limiter::new(4, 6, gauge.clone(), current.clone());
+        let l = Limiter::new(4, 6, 1, gauge.clone(), current.clone());
         // 4 in flight (the limit fully used), all answered: +1/4 each.
         for _ in 0..40 {
             let mut held: Vec<_> = (0..4).map(|_| l.try_acquire_adaptive().unwrap()).collect();
@@ -305,7 +346,7 @@ mod tests {
     #[test]
     fn an_idle_limit_does_not_grow_and_overload_shrinks_it_to_no_less_than_one() {
         let (gauge, current) = gauges();
-        let l = Limiter::new(8, 64, gauge, current);
+        let l = Limiter::new(8, 64, 1, gauge, current);
         // One at a time (1 of 8 in use): answers prove nothing about capacity.
         for _ in 0..100 {
             l.try_acquire_adaptive().unwrap().signal(Signal::Answered);
@@ -318,5 +359,32 @@ mod tests {
         // A permit dropped without a signal (the caller left) leaves the limit alone.
         drop(l.try_acquire_adaptive().unwrap());
         assert_eq!(l.adaptive_limit(), 1);
+    }
+
+    #[test]
+    fn the_callee_ceiling_follows_the_endpoint_set_and_learns_nothing() {
+        let (gauge, current) = gauges();
+        // 16 static, 64 per endpoint, 3 endpoints: 192 in flight before this side sheds.
+        let l = Limiter::new(16, 64, 3, gauge.clone(), current.clone());
+        assert_eq!(l.ceiling(), 192);
+        let take = |n| -> Vec<_> {
+            (0..n)
+                .map_while(|_| l.try_acquire_adapting(Adapt::Callee))
+                .collect()
+        };
+        let mut held = take(500);
+        assert_eq!(held.len(), 192, "shed at the ceiling, not queued");
+        assert_eq!(gauge.get(), 192);
+        assert_eq!(current.get(), 192);
+        // Overload signals do not shrink it: entity-service sizes the capacity, not this side.
+        for p in held.iter_mut() {
+            p.signal(Signal::Overloaded);
+        }
+        drop(held);
+        assert_eq!(gauge.get(), 0);
+        assert_eq!(take(500).len(), 192);
+        // One endpoint, one endpoint's ceiling.
+        let (g, c) = gauges();
+        assert_eq!(Limiter::new(16, 64, 1, g, c).ceiling(), 64);
     }
 }

@@ -880,7 +880,10 @@ async fn a_slow_but_healthy_dependency_is_shed_by_the_static_limit_and_not_by_th
     // 20 calls/s × 640 ms = 12.8 in flight (Little's law), over a static limit of 4.
     let stub = Stub::start(Reply::ok().after(MS(640))).await;
     let (client, metrics) = limited(&stub, 4, 32);
-    let static_limit = Controls::default();
+    let static_limit = Controls {
+        adaptive_limit: None,
+        ..Controls::default()
+    };
     let adaptive = Controls {
         adaptive_limit: Some(entity_client::limiter::Adapt::Aimd),
         ..Controls::default()
@@ -913,6 +916,27 @@ async fn a_slow_but_healthy_dependency_is_shed_by_the_static_limit_and_not_by_th
     assert_eq!(
         metric(&metrics, "entity_concurrency_limit", &[]),
         client.adaptive_limit() as f64
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_default_sizing_leaves_a_slow_but_healthy_dependency_unshed_from_the_first_call() {
+    // The same dependency and static size: the default (callee) sizing does not guess the
+    // capacity here. Its own ceiling is 32 per endpoint (memory), above the 12.8 in flight that
+    // 640 ms needs, so nothing is shed while it would have to climb, as AIMD must.
+    let stub = Stub::start(Reply::ok().after(MS(640))).await;
+    let (client, metrics) = limited(&stub, 4, 32);
+    let (ok, shed) = offer(&client, Controls::default(), 400, MS(50)).await;
+    assert_eq!((ok, shed), (400, 0));
+    assert_eq!(metric(&metrics, "entity_concurrency_limit", &[]), 32.0);
+    // And it still sheds at its ceiling rather than queue: 40 calls/s × 1.2 s = 48 > 32.
+    let slower = Stub::start(Reply::ok().after(MS(650))).await;
+    let (client, _) = limited(&slower, 4, 32);
+    let (ok, shed) = offer(&client, Controls::default(), 400, MS(10)).await;
+    assert_eq!(ok + shed, 400);
+    assert!(
+        shed > 0,
+        "100 calls/s × 650 ms = 65 in flight over 32: {shed} shed"
     );
 }
 

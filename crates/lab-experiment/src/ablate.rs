@@ -218,14 +218,20 @@ fn matrix() -> Vec<Cell> {
             "off",
         ),
         (
+            "all+static",
+            "all, the static limit (16 per orchestrator) for the callee's admission",
+            "resilience.concurrency_adaptive",
+            "off",
+        ),
+        (
             "all+aimd",
-            "all, adaptive limit (AIMD) for the static one",
+            "all, adaptive limit (AIMD) for the callee's admission",
             "resilience.concurrency_adaptive",
             "on",
         ),
         (
             "all+vegas",
-            "all, adaptive limit (Vegas) for the static one",
+            "all, adaptive limit (Vegas) for the callee's admission",
             "resilience.concurrency_adaptive",
             "vegas",
         ),

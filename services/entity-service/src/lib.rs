@@ -5,6 +5,8 @@
 //! the incident worse happened in its callers.
 //!
 //! # Layout
+//! - [`admission`]: the fixed client's requests admitted to the pool only when they fit their
+//!   budget (the callee's half of the concurrency limit).
 //! - [`configuration`]: settings and their defaults.
 //! - [`startup`]: `Application::build` / `port` / `run_until_stopped`.
 //! - [`resolve`]: `POST /v1/resolve` — exact match, then the locale-aware candidate lookup.
@@ -14,6 +16,7 @@
 //!   the background.
 //! - [`fault`]: game-day fault injection from runtime flags (counted, never the real trigger).
 
+pub mod admission;
 pub mod configuration;
 pub mod dbstats;
 pub mod fault;

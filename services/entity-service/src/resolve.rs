@@ -22,6 +22,7 @@ use lab_core::http::{ApiError, JsonBody};
 use lab_db::queries;
 use tracing::Instrument as _;
 
+use crate::admission::Refusal;
 use crate::configuration::ResolveSettings;
 use crate::score::jaccard;
 use crate::telemetry::{ServiceMetrics, WorkGuard};
@@ -112,6 +113,9 @@ pub async fn resolve(
     headers: HeaderMap,
     JsonBody(req): JsonBody<ResolveRequest>,
 ) -> Result<Json<ResolveResponse>, ApiError> {
+    // The caller's budget counts from when it sent the request, so from its arrival here: time
+    // spent before the work (a game day's injected latency) comes out of it.
+    let arrived = Instant::now();
     let user_deadline = headers
         .get(headers::OBSERVE_USER_DEADLINE)
         .and_then(|v| v.to_str().ok())
@@ -126,40 +130,47 @@ pub async fn resolve(
     // LAB-FIX(orphaned-work), the server's half of the contract: the fixed client says how long
     // it will wait (X-Request-Budget-Ms). Work that cannot finish in time is refused at once, and
     // every query is bounded by statement_timeout, because dropping a query future does not stop
-    // PostgreSQL. Requests without the header (the legacy client) get neither: their queries run
-    // to completion whoever is still waiting, as in the incident.
-    let started_handler = Instant::now();
-    let budget = headers
+    // PostgreSQL. Requests without the header (the legacy client) get neither: they wait for a
+    // connection and their queries run to completion whoever is still waiting, as in the incident.
+    let deadline = headers
         .get(headers::REQUEST_BUDGET_MS)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok())
-        .map(Duration::from_millis);
-    if let Some(budget) = budget {
-        let expected = st.cost.get();
-        if budget < expected {
-            st.metrics.shed.with_label_values(&["budget"]).inc();
-            return Err(ApiError::from_failure(
-                &errors::ES_BUDGET_REFUSED,
-                format!(
-                    "the caller's budget ({} ms) cannot cover this work (recent cost {} ms); not started",
-                    budget.as_millis(),
-                    expected.as_millis()
-                ),
-            ));
-        }
-    }
-    let deadline = budget.map(|b| started_handler + b);
+        .map(|ms| arrived + Duration::from_millis(ms));
 
     let acquire = Instant::now();
     // Its own span: under the incident's load the wait for a pooled connection, not the query,
     // is where the time went.
-    let mut client = st
-        .pool
-        .get()
-        .instrument(tracing::info_span!("db.pool.acquire"))
-        .await
-        .map_err(pool_error)?;
+    let mut client = match deadline {
+        None => st
+            .pool
+            .get()
+            .instrument(tracing::info_span!("db.pool.acquire"))
+            .await
+            .map_err(pool_error),
+        Some(deadline) => {
+            // LAB-FIX(pool-exhaustion): admitted only if the wait and the query fit (admission).
+            let left = deadline.saturating_duration_since(acquire);
+            let wait = crate::admission::admit(left, st.cost.get(), st.pool.status().into())
+                .map_err(|why| refused(&st, why, left))?;
+            let timeouts = deadpool_postgres::Timeouts {
+                wait: Some(wait),
+                ..st.pool.timeouts()
+            };
+            st.pool
+                .timeout_get(&timeouts)
+                .instrument(tracing::info_span!("db.pool.acquire"))
+                .await
+                .map_err(|e| match e {
+                    PoolError::Timeout(_) => refused(&st, Refusal::Queue, left),
+                    other => pool_error(other),
+                })
+        }
+    }?;
     observe(&st.metrics, "acquire", acquire);
+    // The query's own cost, without the wait: what the admission prices the next request's work
+    // and its queue with.
+    let started_work = Instant::now();
     let results = match deadline {
         None => lookup(&client, &st, &req).await?,
         Some(deadline) => {
@@ -181,7 +192,7 @@ pub async fn resolve(
             results
         }
     };
-    st.cost.observe(started_handler.elapsed());
+    st.cost.observe(started_work.elapsed());
 
     for r in &results {
         let method = match r.as_ref().map(|r| r.method) {
@@ -388,6 +399,37 @@ fn observe(m: &ServiceMetrics, query: &str, since: Instant) {
     m.query_duration
         .with_label_values(&[query])
         .observe(since.elapsed().as_secs_f64());
+}
+
+/// A budgeted request not started (or no longer waiting): counted by why, answered by the row
+/// that tells the caller whether another replica may do better.
+fn refused(st: &AppState, why: Refusal, left: Duration) -> ApiError {
+    let cost = st.cost.get().as_millis();
+    let left = left.as_millis();
+    match why {
+        Refusal::Budget => {
+            st.metrics.shed.with_label_values(&["budget"]).inc();
+            ApiError::from_failure(
+                &errors::ES_BUDGET_REFUSED,
+                format!(
+                    "the caller's budget ({left} ms left) cannot cover this work (recent cost \
+                     {cost} ms); not started"
+                ),
+            )
+        }
+        Refusal::Queue => {
+            st.metrics.shed.with_label_values(&["queue"]).inc();
+            let pool = st.pool.status();
+            ApiError::from_failure(
+                &errors::ES_DB_POOL_EXHAUSTED,
+                format!(
+                    "no PostgreSQL connection would be free in time: {} waiting for {} \
+                     connections at {cost} ms a query, {left} ms left; not started",
+                    pool.waiting, pool.max_size
+                ),
+            )
+        }
+    }
 }
 
 fn budget_gone() -> ApiError {

@@ -71,7 +71,7 @@ impl ServiceMetrics {
             ),
             shed: metrics.counter_vec(
                 "entity_service_shed_total",
-                "Requests refused before any work, by reason",
+                "Requests refused before any work, by reason (budget: the query alone, at its recent cost, cannot fit the caller's budget; queue: not after the wait for a PostgreSQL connection)",
                 &["reason"],
             ),
             faults: metrics.counter_vec(

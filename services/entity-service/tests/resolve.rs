@@ -380,3 +380,86 @@ async fn a_budget_below_the_recent_cost_of_the_work_is_refused_before_any_query(
     );
     assert_eq!(after, before, "no query ran for the refused request");
 }
+
+/// The callee's admission (LAB-FIX(pool-exhaustion)): with every pooled connection held, a
+/// budgeted request waits for one only as long as its budget could still cover the query, then
+/// is refused as retryable (another replica may have room), while unbudgeted (legacy) requests
+/// wait on, as in the incident, and are all served once the connections free up.
+#[tokio::test]
+async fn a_budgeted_request_waits_for_a_connection_only_within_its_budget() {
+    use sqlx::{Connection, Executor};
+    let db = TestDb::new().await;
+    seed(&db).await;
+    let (base, admin) = spawn(&db).await;
+    let req = ResolveRequest {
+        doc_id: "d".into(),
+        tenant: 1,
+        locale: None,
+        spans: vec![span("vega labs", "organization")],
+    };
+    let metric = |name: &'static str, labels: &'static str| {
+        let admin = admin.clone();
+        async move {
+            let text = reqwest::get(format!("{admin}/metrics"))
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
+            lab_e2e_free_metric(&text, name, labels)
+        }
+    };
+    // Hold the table: every lookup waits on the lock with its pooled connection.
+    let mut locker = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    locker.execute("BEGIN").await.unwrap();
+    locker
+        .execute("LOCK TABLE entities IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    // Four legacy requests (no budget) take the pool's four connections, and a fifth queues.
+    let legacy: Vec<_> = (0..5)
+        .map(|_| {
+            let (base, req) = (base.clone(), req.clone());
+            tokio::spawn(async move { resolve(&base, &req).await.status() })
+        })
+        .collect();
+    let mut held = 0.0;
+    for _ in 0..100 {
+        held = metric("entity_db_pool_connections", "state=\"in_use\"").await;
+        if held >= 4.0 && metric("entity_db_pool_waiting", "").await >= 1.0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(held, 4.0, "the legacy requests hold the whole pool");
+
+    let resp = testkit::http()
+        .post(format!("{base}/v1/resolve"))
+        .header("x-request-budget-ms", "300")
+        // Without the bound it would wait for the lock like the legacy ones: fail, don't hang.
+        .timeout(std::time::Duration::from_secs(10))
+        .json(&req)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 503);
+    let row =
+        lab_contract::errors::parse_origin(resp.headers()["x-lab-error-origin"].to_str().unwrap())
+            .expect("a row of the error table");
+    assert!(row.retryable, "another replica may have room: retryable");
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "db_pool_exhausted");
+    assert_eq!(
+        metric("entity_service_shed_total", "reason=\"queue\"").await,
+        1.0
+    );
+    // The legacy requests were not refused: still waiting, and all served once the lock goes.
+    assert!(
+        legacy.iter().all(|h| !h.is_finished()),
+        "legacy still waits"
+    );
+    locker.execute("ROLLBACK").await.unwrap();
+    for h in legacy {
+        assert_eq!(h.await.unwrap(), 200);
+    }
+}

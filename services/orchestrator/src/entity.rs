@@ -64,7 +64,9 @@ pub fn controls(flags: &Snapshot) -> Controls {
         adaptive_limit: match flags.variant("resilience.concurrency_adaptive") {
             "on" | "aimd" => Some(entity_client::limiter::Adapt::Aimd),
             "vegas" => Some(entity_client::limiter::Adapt::Vegas),
-            _ => None,
+            "off" | "static" => None,
+            // "callee", and the default whatever an unknown variant says.
+            _ => Some(entity_client::limiter::Adapt::Callee),
         },
     }
 }

@@ -99,10 +99,13 @@ fn broker(s: &Summary, r: &StepRow) -> Option<String> {
     Some(t)
 }
 
-/// The first rung where the orchestrators' concurrency limit's 503s pass 0.5 % of the requests.
+/// The first rung where the fixed client's admission 503s (the static limit's
+/// `concurrency_limited`, entity-service's `db_pool_exhausted`) pass 0.5 % of the requests.
 fn concurrency_limit(s: &Summary) -> Option<String> {
     let first = s.ladder().find(|r| {
-        r.origins.keys().any(|k| k.contains("concurrency_limited"))
+        r.origins
+            .keys()
+            .any(|k| k.contains("concurrency_limited") || k.contains("db_pool_exhausted"))
             && r.origins.values().sum::<f64>() >= 0.005 * r.sent as f64
     })?;
     let cores = s.meta.cores;
@@ -113,16 +116,18 @@ fn concurrency_limit(s: &Summary) -> Option<String> {
             "**The maximum is set by the CPU; the orchestrators' concurrency limit is only what fails first**: its 503s first pass 0.5 % \
              of the requests at {} rps ({what}), with the machine {:.2} of {cores} cores busy; the hot lookup took {} ms inside the chain \
              against {} ms in pgbench — waiting for a core, not PostgreSQL work (its backends for entity-service used {:.2} cores). The \
-             limit (`[resilient] max_concurrency` per orchestrator) turns that queueing into fast 503s, as designed; raising it or \
-             `resilience.concurrency_adaptive` would trade the 503s for latency. What raises the maximum is CPU given back: the items below.",
+             admission (entity-service's pool within each request's budget, or with `resilience.concurrency_adaptive=off` the static \
+             `[resilient] max_concurrency` per orchestrator) turns that queueing into fast 503s, as designed; loosening it would \
+             trade the 503s for latency. What raises the maximum is CPU given back: the items below.",
             num(Some(first.rate), 0), first.cpu.busy_cores, num(first.rates.cand_ms, 2), num(hot, 3), first.cpu.cores(cpu::PG_ENTITY)
         )
     } else {
         format!(
-            "**The orchestrators' static concurrency limit sheds before the machine is busy**: its 503s first pass 0.5 % of the requests \
-             at {} rps ({what}), with {:.2} of {cores} cores busy and the hot lookup at {} ms. `[resilient] max_concurrency` per \
-             orchestrator is sized from connection counts, not measured; cheap to try: the ladder with `labctl flags set \
-             resilience.concurrency_adaptive on`, or `LAB_RESILIENT__MAX_CONCURRENCY`.",
+            "**The fixed client's admission sheds before the machine is busy**: its 503s first pass 0.5 % of the requests at {} rps \
+             ({what}), with {:.2} of {cores} cores busy and the hot lookup at {} ms. `concurrency_limited` is the orchestrators' own \
+             limit (static or adaptive, `resilience.concurrency_adaptive`), sized without measuring the callee; `db_pool_exhausted` is \
+             entity-service finding that its pool's queue would not clear within the requests' budgets (its query cost estimate, \
+             `services/entity-service/src/admission.rs`).",
             num(Some(first.rate), 0), first.cpu.busy_cores, num(first.rates.cand_ms, 2)
         )
     })
