@@ -24,7 +24,9 @@
 #
 # Env: CARGO_TARGET_DIR, LAB_TOOLS_DIR, KAFKA_BOOTSTRAP (127.0.0.1:9092), FAULT_SCENARIOS_OUT (default
 #      .lab/reports/fault-scenarios-<unix time>), FAULT_SCENARIOS_MODES ("resilient legacy"),
-#      FAULT_SCENARIOS_ONLY (file names without .yaml, e.g. "redis-outage"; default: every file).
+#      FAULT_SCENARIOS_ONLY (file names without .yaml, e.g. "redis-outage"; default: every file),
+#      FAULT_SCENARIOS_FLAGS (flags held for every run, "name=variant ...", e.g.
+#      "resilience.concurrency_adaptive=off" to compare the static limit; default: none).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -54,7 +56,12 @@ source "$HERE/lib/own_lab.sh"   # refuse_if_lab_up, own_lab_up
 refuse_if_lab_up
 own_lab_up faults $GW $ORCH $ENT $ENR "$KAFKA"
 mkdir -p "$OUT"
-say "${#FILES[@]} fault scenario(s) × modes: $MODES (report: $OUT)"
+FLAG_ARGS=()
+for fl in ${FAULT_SCENARIOS_FLAGS:-}; do
+    [[ "$fl" == *=* ]] || die "FAULT_SCENARIOS_FLAGS: $fl? (name=variant)"
+    FLAG_ARGS+=(--flag "$fl")
+done
+say "${#FILES[@]} fault scenario(s) × modes: $MODES${FAULT_SCENARIOS_FLAGS:+ (flags: $FAULT_SCENARIOS_FLAGS)} (report: $OUT)"
 failed=()
 # A seed per run and per invocation: every run sends documents no earlier run sent (on this lab,
 # whose caches would otherwise hold them, and in its database, whose enrichment rows
@@ -67,7 +74,7 @@ for f in "${FILES[@]}"; do
         rc=0
         SEED=$((SEED + 1))
         "${LABCTL[@]}" gameday "$f" --mode "$mode" --strict --gateway "http://127.0.0.1:$GW" \
-            --seed "$SEED" --out "$run" >"$run.log" 2>&1 || rc=$?
+            --seed "$SEED" ${FLAG_ARGS[@]+"${FLAG_ARGS[@]}"} --out "$run" >"$run.log" 2>&1 || rc=$?
         if [[ -f "$run/summary.md" ]]; then
             # The verdicts, one line each (the section the game day writes).
             awk '/^Verdicts, phase by phase:/ { on = 1; next } on && /^- / { print "    " $0 }

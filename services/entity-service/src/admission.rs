@@ -71,7 +71,7 @@ impl PoolState {
 /// Admit a budgeted request with `left` of its budget, given the query's recent cost and the
 /// pool: `Ok(how long it may wait for a connection)` or why it is refused.
 pub fn admit(left: Duration, query_cost: Duration, pool: PoolState) -> Result<Duration, Refusal> {
-    if query_cost > left {
+    if left.is_zero() || query_cost > left {
         return Err(Refusal::Budget);
     }
     // Connections free up at `max_size` per query cost (every held connection is running one
@@ -134,6 +134,8 @@ mod tests {
             admit(MS(300), MS(400), pool(16, 5, 0)),
             Err(Refusal::Budget)
         );
+        // A spent budget, before any cost is known.
+        assert_eq!(admit(MS(0), MS(0), pool(16, 5, 0)), Err(Refusal::Budget));
     }
 
     #[test]

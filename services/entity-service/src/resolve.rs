@@ -153,18 +153,9 @@ pub async fn resolve(
             let left = deadline.saturating_duration_since(acquire);
             let wait = crate::admission::admit(left, st.cost.get(), st.pool.status().into())
                 .map_err(|why| refused(&st, why, left))?;
-            let timeouts = deadpool_postgres::Timeouts {
-                wait: Some(wait),
-                ..st.pool.timeouts()
-            };
-            st.pool
-                .timeout_get(&timeouts)
+            acquire_within(&st, wait, left)
                 .instrument(tracing::info_span!("db.pool.acquire"))
                 .await
-                .map_err(|e| match e {
-                    PoolError::Timeout(_) => refused(&st, Refusal::Queue, left),
-                    other => pool_error(other),
-                })
         }
     }?;
     observe(&st.metrics, "acquire", acquire);
@@ -399,6 +390,64 @@ fn observe(m: &ServiceMetrics, query: &str, since: Instant) {
     m.query_duration
         .with_label_values(&[query])
         .observe(since.elapsed().as_secs_f64());
+}
+
+/// How often a budgeted request that found PostgreSQL unreachable tries again: a refused connect
+/// costs both sides a fraction of a millisecond, and a restart here takes 1-3 s (pg_ctlcluster
+/// fast restart), so 100 ms adds at most a tenth of a second once it is back, at <= 10 connects a
+/// second per waiting request (the waiting requests are themselves bounded by the admission).
+const RECONNECT_EVERY: Duration = Duration::from_millis(100);
+
+/// LAB-FIX(pool-exhaustion) and the short-outage half of issue 27: a pooled connection for a
+/// budgeted request, waited for at most `wait`. A database that is unreachable for less than that
+/// (a restart, a failover) is waited out here, once, instead of being answered 503 at once and
+/// retried by every layer above; if it is not back in time the request fails as before
+/// (`db_unavailable`, retryable). Connection creation is bounded by the same wait.
+async fn acquire_within(
+    st: &AppState,
+    wait: Duration,
+    left: Duration,
+) -> Result<deadpool_postgres::Object, ApiError> {
+    let until = Instant::now() + wait;
+    let mut waited = false;
+    loop {
+        let now = Instant::now();
+        let bound = until
+            .saturating_duration_since(now)
+            .max(Duration::from_millis(1));
+        let timeouts = deadpool_postgres::Timeouts {
+            wait: Some(bound),
+            create: Some(bound),
+            ..st.pool.timeouts()
+        };
+        match st.pool.timeout_get(&timeouts).await {
+            Ok(client) => {
+                if waited {
+                    st.metrics
+                        .db_waits
+                        .with_label_values(&["reconnected"])
+                        .inc();
+                }
+                return Ok(client);
+            }
+            Err(PoolError::Timeout(deadpool_postgres::TimeoutType::Wait)) => {
+                return Err(refused(st, Refusal::Queue, left));
+            }
+            Err(e) if Instant::now() + RECONNECT_EVERY < until => {
+                if !waited {
+                    tracing::warn!(error = %e, "PostgreSQL unreachable; waiting for it inside the request's budget");
+                }
+                waited = true;
+                tokio::time::sleep(RECONNECT_EVERY).await;
+            }
+            Err(e) => {
+                if waited {
+                    st.metrics.db_waits.with_label_values(&["gave_up"]).inc();
+                }
+                return Err(pool_error(e));
+            }
+        }
+    }
 }
 
 /// A budgeted request not started (or no longer waiting): counted by why, answered by the row

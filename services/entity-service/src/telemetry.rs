@@ -25,8 +25,11 @@ pub struct ServiceMetrics {
     /// Requests that finished after the end user's deadline.
     pub abandoned_requests: IntCounter,
     /// Requests refused before any work, by reason (budget: the caller's X-Request-Budget-Ms
-    /// could not cover the work).
+    /// could not cover the work; queue: not after the wait for a connection).
     pub shed: prometheus::IntCounterVec,
+    /// Budgeted requests that found PostgreSQL unreachable and waited for it inside their
+    /// budget, by outcome (reconnected, gave_up).
+    pub db_waits: prometheus::IntCounterVec,
     /// Game-day faults injected, by kind (latency, error_503, error_500, black_hole).
     pub faults: prometheus::IntCounterVec,
 }
@@ -73,6 +76,11 @@ impl ServiceMetrics {
                 "entity_service_shed_total",
                 "Requests refused before any work, by reason (budget: the query alone, at its recent cost, cannot fit the caller's budget; queue: not after the wait for a PostgreSQL connection)",
                 &["reason"],
+            ),
+            db_waits: metrics.counter_vec(
+                "entity_service_db_unreachable_waits_total",
+                "Budgeted requests that found PostgreSQL unreachable and kept reconnecting inside their budget, by outcome (reconnected: it came back in time; gave_up: it did not)",
+                &["outcome"],
             ),
             faults: metrics.counter_vec(
                 "entity_service_faults_injected_total",

@@ -7,10 +7,15 @@ use testkit::{fixtures, TestDb};
 
 /// The service's public (API) and admin (`/metrics`) base URLs.
 async fn spawn(db: &TestDb) -> (String, String) {
+    spawn_on(&db.url).await
+}
+
+/// The same, on the database at `url`.
+async fn spawn_on(url: &str) -> (String, String) {
     let mut s = Settings::defaults().unwrap();
     s.http.port = 0;
     s.admin.port = 0;
-    s.database.url = db.url.clone();
+    s.database.url = url.to_string();
     s.database.pool_size = 4;
     // Its own flag namespace: a game day running on this machine must not inject faults here.
     s.flags.namespace = format!("lab-test-{}", std::process::id());
@@ -462,4 +467,73 @@ async fn a_budgeted_request_waits_for_a_connection_only_within_its_budget() {
     for h in legacy {
         assert_eq!(h.await.unwrap(), 200);
     }
+}
+
+/// A short database outage inside the caller's budget is waited out in entity-service, once,
+/// instead of answered 503 at once and retried by every layer above (issue 27): PostgreSQL is
+/// reached through a loopback port where nothing listens until 300 ms after the request.
+#[tokio::test]
+async fn a_budgeted_request_waits_out_a_database_that_comes_back_inside_its_budget() {
+    use tokio::net::{TcpListener, TcpStream};
+    let db = TestDb::new().await;
+    seed(&db).await;
+    // The database's address, and a free loopback port standing in for it (nothing listens yet).
+    let (head, rest) = db.url.split_once('@').unwrap();
+    let (hostport, path) = rest.split_once('/').unwrap();
+    let target = hostport.to_string();
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let (base, admin) = spawn_on(&format!("{head}@127.0.0.1:{port}/{path}")).await;
+    let req = ResolveRequest {
+        doc_id: "d".into(),
+        tenant: 1,
+        locale: None,
+        spans: vec![span("vega labs", "organization")],
+    };
+    // Without a budget (the legacy client) the outage is answered at once, retryable.
+    let resp = resolve(&base, &req).await;
+    assert_eq!(resp.status(), 503);
+    assert_eq!(
+        resp.headers()["x-lab-error-origin"],
+        "entity-service/db_unavailable"
+    );
+
+    // The database "comes back" 300 ms after the budgeted request arrives.
+    tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        let listener = TcpListener::bind(("127.0.0.1", port)).await.unwrap();
+        loop {
+            let (mut inbound, _) = listener.accept().await.unwrap();
+            let target = target.clone();
+            tokio::spawn(async move {
+                let mut outbound = TcpStream::connect(target).await.unwrap();
+                let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+            });
+        }
+    });
+    let resp = testkit::http()
+        .post(format!("{base}/v1/resolve"))
+        .header("x-request-budget-ms", "2000")
+        .timeout(std::time::Duration::from_secs(10))
+        .json(&req)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200, "{:?}", resp.text().await);
+    let text = reqwest::get(format!("{admin}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(
+        lab_e2e_free_metric(
+            &text,
+            "entity_service_db_unreachable_waits_total",
+            "outcome=\"reconnected\""
+        ),
+        1.0
+    );
 }
