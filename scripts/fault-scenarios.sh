@@ -26,7 +26,9 @@
 #      .lab/reports/fault-scenarios-<unix time>), FAULT_SCENARIOS_MODES ("resilient legacy"),
 #      FAULT_SCENARIOS_ONLY (file names without .yaml, e.g. "redis-outage"; default: every file),
 #      FAULT_SCENARIOS_FLAGS (flags held for every run, "name=variant ...", e.g.
-#      "resilience.concurrency_adaptive=off" to compare the static limit; default: none).
+#      "resilience.concurrency_adaptive=off" to compare the static limit; default: none),
+#      FAULT_SCENARIOS_RATE (requests/s for every run instead of each file's own, e.g. 150 to
+#      stress a comparison; default: the file's).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -57,11 +59,16 @@ refuse_if_lab_up
 own_lab_up faults $GW $ORCH $ENT $ENR "$KAFKA"
 mkdir -p "$OUT"
 FLAG_ARGS=()
+if [[ -n "${FAULT_SCENARIOS_RATE:-}" ]]; then
+    [[ "$FAULT_SCENARIOS_RATE" =~ ^[0-9]+$ && "$FAULT_SCENARIOS_RATE" -ge 1 && "$FAULT_SCENARIOS_RATE" -le 1000 ]] ||
+        die "FAULT_SCENARIOS_RATE: $FAULT_SCENARIOS_RATE? (1..1000 requests/s)"
+    FLAG_ARGS+=(--rate "$FAULT_SCENARIOS_RATE")
+fi
 for fl in ${FAULT_SCENARIOS_FLAGS:-}; do
     [[ "$fl" == *=* ]] || die "FAULT_SCENARIOS_FLAGS: $fl? (name=variant)"
     FLAG_ARGS+=(--flag "$fl")
 done
-say "${#FILES[@]} fault scenario(s) × modes: $MODES${FAULT_SCENARIOS_FLAGS:+ (flags: $FAULT_SCENARIOS_FLAGS)} (report: $OUT)"
+say "${#FILES[@]} fault scenario(s) × modes: $MODES${FAULT_SCENARIOS_FLAGS:+ (flags: $FAULT_SCENARIOS_FLAGS)}${FAULT_SCENARIOS_RATE:+ (rate: $FAULT_SCENARIOS_RATE/s)} (report: $OUT)"
 failed=()
 # A seed per run and per invocation: every run sends documents no earlier run sent (on this lab,
 # whose caches would otherwise hold them, and in its database, whose enrichment rows
