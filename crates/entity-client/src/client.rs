@@ -467,7 +467,10 @@ impl Client {
                 Err(e) => e,
             };
             if let Some(p) = permit {
-                if retryability::is_dependency_failure(&err) {
+                if retryability::is_admission_refusal(&err) {
+                    // LAB-FIX(pool-exhaustion): the callee refused its excess before any work;
+                    // it is full, not failing (retryability::is_admission_refusal). Unreported.
+                } else if retryability::is_dependency_failure(&err) {
                     p.failure();
                 } else if matches!(err, Error::Upstream { .. }) {
                     // A 4xx: entity-service is healthy, the request was wrong.

@@ -47,6 +47,19 @@ pub fn is_retryable(err: &Error) -> bool {
     }
 }
 
+/// Did entity-service's admission refuse this attempt before any work because its PostgreSQL
+/// pool could not serve it within the budget (`db_pool_exhausted`)? The dependency is full and
+/// protecting itself, not failing: the refusal cost it microseconds and another replica (or the
+/// same one a moment later) may serve the retry. The breaker counts it neither way, so that a
+/// callee shedding its excess does not make the client shed everything (measured in the replay's
+/// scale-up: 2,404 of 2,468 failed requests were `breaker_open` once such refusals counted);
+/// the retry budget still bounds the retries it draws, and the adaptive limits still read it as
+/// overload.
+pub fn is_admission_refusal(err: &Error) -> bool {
+    matches!(err, Error::Upstream { origin: Some(f), .. }
+        if **f == lab_contract::errors::ES_DB_POOL_EXHAUSTED)
+}
+
 /// Does this attempt error say the dependency is unhealthy (a breaker failure)? 5xx (500
 /// included: a dependency failing half its calls with 500s needs relief too, it just gains
 /// nothing from retries), 429, timeouts and transport errors. A 4xx other than 429 means the
@@ -94,6 +107,11 @@ mod tests {
         assert!(!is_retryable(&named(&t::ES_QUERY_FAILED)));
         // A spent budget at entity-service is still a sign of a slow dependency.
         assert!(is_dependency_failure(&named(&t::ES_BUDGET_REFUSED)));
+        assert!(!is_admission_refusal(&named(&t::ES_BUDGET_REFUSED)));
+        // A full pool's refusal is an admission refusal; an unnamed 503 is not.
+        assert!(is_admission_refusal(&named(&t::ES_DB_POOL_EXHAUSTED)));
+        assert!(!is_admission_refusal(&upstream(503)));
+        assert!(!is_admission_refusal(&named(&t::ES_DB_UNAVAILABLE)));
     }
 
     #[test]

@@ -353,6 +353,33 @@ async fn resolve_refuses_retries_when_the_retry_budget_is_empty() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn the_callees_admission_refusals_do_not_open_the_breaker() {
+    // entity-service refusing its excess (a full pool, `db_pool_exhausted`) is not entity-service
+    // failing: the breaker keeps admitting, and the retries stay bounded by the retry budget.
+    let full =
+        Stub::start(Reply::status(503).with_origin(&lab_contract::errors::ES_DB_POOL_EXHAUSTED))
+            .await;
+    let (c, _) = client(&full);
+    for _ in 0..40 {
+        let err = c
+            .resolve(&ctx(), &request(), &Controls::default())
+            .await
+            .unwrap_err();
+        assert!(!matches!(err, Error::BreakerOpen), "{err}");
+    }
+    assert_eq!(c.breaker_state(), BreakerState::Admitting);
+    // 40 requests, each at most 3 attempts: the retry budget, not the breaker, bounds them.
+    assert!(full.requests() <= 120, "{}", full.requests());
+    // The same status without the row (an unnamed 503: something failing) opens it.
+    let failing = Stub::start(Reply::status(503).unnamed()).await;
+    let (c, _) = client(&failing);
+    for _ in 0..40 {
+        let _ = c.resolve(&ctx(), &request(), &Controls::default()).await;
+    }
+    assert_eq!(c.breaker_state(), BreakerState::Shedding);
+}
+
+#[tokio::test(start_paused = true)]
 async fn resolve_sheds_at_once_while_the_breaker_sheds_and_recovers_through_probes() {
     let stub = Stub::start(Reply::status(500)).await;
     let (client, metrics) = client(&stub);
