@@ -36,6 +36,40 @@ fn span(normalized: &str, kind: &str) -> SpanQuery {
     }
 }
 
+/// The one-span request most tests send: tenant 1's "vega labs".
+fn vega_labs() -> ResolveRequest {
+    ResolveRequest {
+        doc_id: "d".into(),
+        tenant: 1,
+        locale: None,
+        spans: vec![span("vega labs", "organization")],
+    }
+}
+
+/// One metric's value (summed over the series whose labels contain `labels`) on `admin`.
+async fn scrape(admin: &str, name: &str, labels: &str) -> f64 {
+    let text = reqwest::get(format!("{admin}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    lab_e2e_free_metric(&text, name, labels)
+}
+
+/// `req` with `X-Request-Budget-Ms: ms`, as the fixed client sends it. The test's own 10 s
+/// timeout turns a request that would wait for a lock forever into a failure, not a hang.
+async fn resolve_budgeted(base: &str, req: &ResolveRequest, ms: u64) -> reqwest::Response {
+    testkit::http()
+        .post(format!("{base}/v1/resolve"))
+        .header("x-request-budget-ms", ms.to_string())
+        .timeout(std::time::Duration::from_secs(10))
+        .json(req)
+        .send()
+        .await
+        .unwrap()
+}
+
 async fn seed(db: &TestDb) {
     fixtures::tenant_with_key(&db.url, 1).await;
     fixtures::tenant_with_key(&db.url, 2).await;
@@ -184,23 +218,10 @@ async fn a_budgeted_request_stops_its_query_in_postgres_and_an_unbudgeted_one_do
         .execute("LOCK TABLE entities IN ACCESS EXCLUSIVE MODE")
         .await
         .unwrap();
-    let req = ResolveRequest {
-        doc_id: "d".into(),
-        tenant: 1,
-        locale: None,
-        spans: vec![span("vega labs", "organization")],
-    };
+    let req = vega_labs();
 
     // The fixed client's request: 300 ms of budget. statement_timeout ends the query there.
-    let resp = testkit::http()
-        .post(format!("{base}/v1/resolve"))
-        .header("x-request-budget-ms", "300")
-        // Without statement_timeout this would wait for the lock: fail, don't hang.
-        .timeout(std::time::Duration::from_secs(10))
-        .json(&req)
-        .send()
-        .await
-        .unwrap();
+    let resp = resolve_budgeted(&base, &req, 300).await;
     assert_eq!(resp.status(), 504);
     assert_eq!(
         resp.headers()["x-lab-error-origin"],
@@ -315,12 +336,7 @@ async fn a_budget_below_the_recent_cost_of_the_work_is_refused_before_any_query(
     let db = TestDb::new().await;
     seed(&db).await;
     let (base, admin) = spawn(&db).await;
-    let req = ResolveRequest {
-        doc_id: "d".into(),
-        tenant: 1,
-        locale: None,
-        spans: vec![span("vega labs", "organization")],
-    };
+    let req = vega_labs();
     let client = testkit::http();
     // Make the work really slow once: hold the table for ~300 ms while an unbudgeted request
     // runs. Its handler time becomes the replica's cost estimate (the first observation).
@@ -396,24 +412,7 @@ async fn a_budgeted_request_waits_for_a_connection_only_within_its_budget() {
     let db = TestDb::new().await;
     seed(&db).await;
     let (base, admin) = spawn(&db).await;
-    let req = ResolveRequest {
-        doc_id: "d".into(),
-        tenant: 1,
-        locale: None,
-        spans: vec![span("vega labs", "organization")],
-    };
-    let metric = |name: &'static str, labels: &'static str| {
-        let admin = admin.clone();
-        async move {
-            let text = reqwest::get(format!("{admin}/metrics"))
-                .await
-                .unwrap()
-                .text()
-                .await
-                .unwrap();
-            lab_e2e_free_metric(&text, name, labels)
-        }
-    };
+    let req = vega_labs();
     // Hold the table: every lookup waits on the lock with its pooled connection.
     let mut locker = sqlx::PgConnection::connect(&db.url).await.unwrap();
     locker.execute("BEGIN").await.unwrap();
@@ -430,23 +429,15 @@ async fn a_budgeted_request_waits_for_a_connection_only_within_its_budget() {
         .collect();
     let mut held = 0.0;
     for _ in 0..100 {
-        held = metric("entity_db_pool_connections", "state=\"in_use\"").await;
-        if held >= 4.0 && metric("entity_db_pool_waiting", "").await >= 1.0 {
+        held = scrape(&admin, "entity_db_pool_connections", "state=\"in_use\"").await;
+        if held >= 4.0 && scrape(&admin, "entity_db_pool_waiting", "").await >= 1.0 {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     assert_eq!(held, 4.0, "the legacy requests hold the whole pool");
 
-    let resp = testkit::http()
-        .post(format!("{base}/v1/resolve"))
-        .header("x-request-budget-ms", "300")
-        // Without the bound it would wait for the lock like the legacy ones: fail, don't hang.
-        .timeout(std::time::Duration::from_secs(10))
-        .json(&req)
-        .send()
-        .await
-        .unwrap();
+    let resp = resolve_budgeted(&base, &req, 300).await;
     assert_eq!(resp.status(), 503);
     let row =
         lab_contract::errors::parse_origin(resp.headers()["x-lab-error-origin"].to_str().unwrap())
@@ -455,7 +446,7 @@ async fn a_budgeted_request_waits_for_a_connection_only_within_its_budget() {
     let body: serde_json::Value = resp.json().await.unwrap();
     assert_eq!(body["error"]["code"], "db_pool_exhausted");
     assert_eq!(
-        metric("entity_service_shed_total", "reason=\"queue\"").await,
+        scrape(&admin, "entity_service_shed_total", "reason=\"queue\"").await,
         1.0
     );
     // The legacy requests were not refused: still waiting, and all served once the lock goes.
@@ -486,12 +477,7 @@ async fn a_budgeted_request_waits_out_a_database_that_comes_back_inside_its_budg
         l.local_addr().unwrap().port()
     };
     let (base, admin) = spawn_on(&format!("{head}@127.0.0.1:{port}/{path}")).await;
-    let req = ResolveRequest {
-        doc_id: "d".into(),
-        tenant: 1,
-        locale: None,
-        spans: vec![span("vega labs", "organization")],
-    };
+    let req = vega_labs();
     // Without a budget (the legacy client) the outage is answered at once, retryable.
     let resp = resolve(&base, &req).await;
     assert_eq!(resp.status(), 503);
@@ -513,27 +499,15 @@ async fn a_budgeted_request_waits_out_a_database_that_comes_back_inside_its_budg
             });
         }
     });
-    let resp = testkit::http()
-        .post(format!("{base}/v1/resolve"))
-        .header("x-request-budget-ms", "2000")
-        .timeout(std::time::Duration::from_secs(10))
-        .json(&req)
-        .send()
-        .await
-        .unwrap();
+    let resp = resolve_budgeted(&base, &req, 2000).await;
     assert_eq!(resp.status(), 200, "{:?}", resp.text().await);
-    let text = reqwest::get(format!("{admin}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
     assert_eq!(
-        lab_e2e_free_metric(
-            &text,
+        scrape(
+            &admin,
             "entity_service_db_unreachable_waits_total",
             "outcome=\"reconnected\""
-        ),
+        )
+        .await,
         1.0
     );
 }
