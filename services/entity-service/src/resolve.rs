@@ -32,8 +32,10 @@ pub const KINDS: &[&str] = &["organization", "person", "location", "product"];
 /// Longest normalized span accepted: far above any name, far below anything that hurts.
 const MAX_SPAN_CHARS: usize = 256;
 
-/// A running estimate of this replica's own handler time (EWMA), used to refuse work whose
-/// caller's budget cannot cover it.
+/// A running estimate of what one request's database work costs on this replica (EWMA of the
+/// time from holding a pooled connection to the answer, the wait for the connection excluded),
+/// used to refuse work whose caller's budget cannot cover it and to price the queue ahead of a
+/// request (`admission::admit`).
 ///
 /// It learns only from requests it admitted, so on its own it could lock itself in: slow traffic
 /// pushes it above every caller's budget, every budgeted request is then refused, and nothing
@@ -490,9 +492,17 @@ fn budget_gone() -> ApiError {
 
 fn pool_error(e: PoolError) -> ApiError {
     match e {
-        PoolError::Timeout(_) => ApiError::from_failure(
+        // Waiting for a connection someone else holds: the pool is full.
+        PoolError::Timeout(deadpool_postgres::TimeoutType::Wait) => ApiError::from_failure(
             &errors::ES_DB_POOL_EXHAUSTED,
             "no PostgreSQL connection became free within the pool's wait bound",
+        ),
+        // Opening (or checking) a connection did not finish in time: PostgreSQL is not
+        // answering, which is a failing dependency, not a full one (the fixed client's breaker
+        // counts this row and not the one above: entity_client::retryability).
+        PoolError::Timeout(_) => ApiError::from_failure(
+            &errors::ES_DB_UNAVAILABLE,
+            "a PostgreSQL connection could not be opened within the request's wait bound",
         ),
         other => {
             tracing::warn!(error = %other, "cannot get a PostgreSQL connection");

@@ -511,3 +511,34 @@ async fn a_budgeted_request_waits_out_a_database_that_comes_back_inside_its_budg
         1.0
     );
 }
+
+/// A PostgreSQL that accepts connections and never answers (a black-holed database) is a failing
+/// dependency, not a full pool: the budgeted request gives up within its budget as
+/// `db_unavailable`, the row the fixed client's breaker counts, never as `db_pool_exhausted`,
+/// the admission's refusal that it does not count.
+#[tokio::test]
+async fn a_database_that_never_answers_is_unavailable_not_a_full_pool() {
+    let db = TestDb::new().await;
+    let (head, rest) = db.url.split_once('@').unwrap();
+    let path = rest.split_once('/').unwrap().1;
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = silent.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((conn, _)) = silent.accept().await {
+            held.push(conn); // accepted, never answered
+        }
+    });
+    let (base, admin) = spawn_on(&format!("{head}@127.0.0.1:{port}/{path}")).await;
+    let resp = resolve_budgeted(&base, &vega_labs(), 400).await;
+    assert_eq!(resp.status(), 503);
+    assert_eq!(
+        resp.headers()["x-lab-error-origin"],
+        "entity-service/db_unavailable"
+    );
+    assert_eq!(
+        scrape(&admin, "entity_service_shed_total", "reason=\"queue\"").await,
+        0.0,
+        "not counted as the admission's refusal"
+    );
+}
