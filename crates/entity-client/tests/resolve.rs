@@ -368,8 +368,11 @@ async fn the_callees_admission_refusals_do_not_open_the_breaker() {
         assert!(!matches!(err, Error::BreakerOpen), "{err}");
     }
     assert_eq!(c.breaker_state(), BreakerState::Admitting);
-    // 40 requests, each at most 3 attempts: the retry budget, not the breaker, bounds them.
-    assert!(full.requests() <= 120, "{}", full.requests());
+    // Every refusal was retried (it is retryable) and each retry was paid from the retry
+    // budget: 40 requests × 3 attempts, 80 tokens of the 100 spent. The budget, not the
+    // breaker, is what bounds the retries that refusals draw.
+    assert_eq!(full.requests(), 120);
+    assert_eq!(c.retry_budget_tokens().round(), 20.0);
     // The same status without the row (an unnamed 503: something failing) opens it.
     let failing = Stub::start(Reply::status(503).unnamed()).await;
     let (c, _) = client(&failing);

@@ -64,8 +64,8 @@ pub fn controls(flags: &Snapshot) -> Controls {
         adaptive_limit: match flags.variant("resilience.concurrency_adaptive") {
             "on" | "aimd" => Some(entity_client::limiter::Adapt::Aimd),
             "vegas" => Some(entity_client::limiter::Adapt::Vegas),
-            "off" | "static" => None,
-            // "callee", and the default whatever an unknown variant says.
+            "off" => None,
+            // "callee", the flag's default (lab-flags answers the default for an unknown one).
             _ => Some(entity_client::limiter::Adapt::Callee),
         },
     }
