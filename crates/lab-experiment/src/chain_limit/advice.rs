@@ -113,7 +113,7 @@ fn concurrency_limit(s: &Summary) -> Option<String> {
     let what = origins_text(first);
     Some(if first.cpu.busy_cores >= 0.9 * cores as f64 {
         format!(
-            "**The maximum is set by the CPU; the orchestrators' concurrency limit is only what fails first**: its 503s first pass 0.5 % \
+            "**The maximum is set by the CPU; the fixed client's admission is only what fails first**: its 503s first pass 0.5 % \
              of the requests at {} rps ({what}), with the machine {:.2} of {cores} cores busy; the hot lookup took {} ms inside the chain \
              against {} ms in pgbench — waiting for a core, not PostgreSQL work (its backends for entity-service used {:.2} cores). The \
              admission (entity-service's pool within each request's budget, or with `resilience.concurrency_adaptive=off` the static \

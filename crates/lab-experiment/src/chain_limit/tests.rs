@@ -356,3 +356,30 @@ fn idle_bounds_are_judged_only_on_what_was_sampled() {
     let (lab, _) = report::idle_bounds(gone.idle.as_ref().unwrap(), &gone.lab_processes);
     assert_eq!(lab, "not measured (orchestrator-2 not in the sample)");
 }
+
+#[test]
+fn the_admission_advice_reads_the_callees_refusals_as_well_as_the_callers() {
+    let refusals = |origin: &str, n: f64| {
+        let mut s = sample();
+        for st in s.steps.iter_mut() {
+            st.origins = BTreeMap::from([(origin.to_string(), n)]);
+        }
+        report::markdown(&s)
+    };
+    // 200 of 20,000 requests at 1,000 rps: 1 %, over the advice's 0.5 %.
+    for origin in [
+        "entity-service/db_pool_exhausted",
+        "orchestrator/concurrency_limited",
+    ] {
+        let md = refusals(origin, 200.0);
+        assert!(
+            md.contains("turns that queueing into fast 503s"),
+            "{origin}"
+        );
+        assert!(md.contains(origin), "{origin} named");
+        assert!(md.contains("the fixed client's admission is only what fails first"));
+    }
+    // Below the threshold, or another origin: no such advice.
+    assert!(!refusals("entity-service/db_pool_exhausted", 10.0).contains("fast 503s"));
+    assert!(!refusals("edge-gateway/upstream_timeout", 200.0).contains("fast 503s"));
+}
