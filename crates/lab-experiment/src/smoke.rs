@@ -1,13 +1,22 @@
-//! `labctl scenarios check`: every scenario file run — not only parsed — at smoke length on the
-//! running lab, by the same engine that runs game days and the replay.
+//! `labctl scenarios check`: every scenario file in `load/scenarios/` run — not only parsed — on
+//! the running lab, by the same engine that runs game days and the replay. One runner for all of
+//! them (issue 25): CI runs this and nothing else over the scenario files.
 //!
-//! Each file in the scenario directory runs in each mode with its timeline shrunk to about
-//! `--seconds` (every phase at least 1 s), at `--rate` (the files' own rates are meant for a
-//! release build at full length). What must hold at any length: the run completes, every action
-//! of its timeline succeeds, the load is answered, and the run's own counts add up (sent =
-//! answered by status; every 5xx named by exactly one origin). Verdicts and expectations need
-//! full length, so they are reported by each run and not judged here. Between runs the lab is
-//! put back in the shape it had (a scenario's scale-up would otherwise carry into the next).
+//! Two kinds of file, told apart by where they live:
+//! - **smoke** (`load/scenarios/*.yaml`): each file runs with its timeline shrunk to about
+//!   `--seconds` (every phase at least 1 s), at `--rate` (the files' own rates are meant for a
+//!   release build at full length). What must hold at any length: the run completes, every action
+//!   of its timeline succeeds, the load is answered, and the run's own counts add up (sent =
+//!   answered by status; every 5xx named by exactly one origin). Verdicts and expectations need
+//!   full length, so they are reported by each run and not judged.
+//! - **judged** (`load/scenarios/faults/*.yaml`, 20–50 s each by design): each file runs at full
+//!   length and its own rate (or `--fault-rate`), `--strict`: a verdict that did not hold or was
+//!   not measured fails the run, as an action that failed does.
+//!
+//! Every file runs in each mode; between runs the lab is put back in the shape it had (a
+//! scenario's scale-up would otherwise carry into the next). Every run sends documents of its own
+//! (a seed per run): the caches, and the enrichment rows a judged run counts as its own, hold
+//! whatever earlier runs and earlier invocations sent.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -18,16 +27,45 @@ use lab_seed::ApiKeyRecord;
 
 use crate::{scenario, GamedayArgs, Globals, Mode};
 
+/// How a scenario file is run (by its directory).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
+pub enum Kind {
+    /// Shrunk to about `--seconds`, verdicts reported, not judged.
+    Smoke,
+    /// Full length, `--strict`: the fault scenarios.
+    Judged,
+}
+
+impl Kind {
+    fn words(self) -> &'static str {
+        match self {
+            Kind::Smoke => "smoke",
+            Kind::Judged => "judged",
+        }
+    }
+}
+
+/// The subdirectory of the scenario directory whose files are judged.
+const JUDGED_DIR: &str = "faults";
+
 #[derive(Debug, Clone, clap::Args)]
 pub struct CheckArgs {
-    /// About how long each run lasts: every phase scaled by the same factor and kept at least
-    /// 1 s long (a file of many phases runs a little longer). 8: every phase of every file runs
-    /// with load, in ~4 minutes for all files in both modes.
+    /// About how long each smoke run lasts: every phase scaled by the same factor and kept at
+    /// least 1 s long (a file of many phases runs a little longer). 8: every phase of every file
+    /// runs with load, in ~4 minutes for all smoke files in both modes.
     #[arg(long, default_value_t = 8)]
     pub seconds: u64,
-    /// The base rate of every run (requests/s): low enough for a debug build on 2 cores.
+    /// The base rate of every smoke run (requests/s): low enough for a debug build on 2 cores.
     #[arg(long, default_value_t = 20.0)]
     pub rate: f64,
+    /// The rate of every judged run instead of each file's own (requests/s), e.g. 150 to stress
+    /// a comparison (default: the file's).
+    #[arg(long)]
+    pub fault_rate: Option<f64>,
+    /// Flags held for every run, `name=variant` (repeatable), e.g.
+    /// `resilience.concurrency_adaptive=off` to judge the static limit.
+    #[arg(long = "flag")]
+    pub flags: Vec<String>,
     /// The modes each file runs in.
     #[arg(
         long,
@@ -36,13 +74,25 @@ pub struct CheckArgs {
         default_value = "resilient,legacy"
     )]
     pub modes: Vec<Mode>,
-    /// Only these scenarios (names; default: every file in the scenario directory).
+    /// The kinds of file to run (`judged`: only the fault scenarios).
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "smoke,judged"
+    )]
+    pub kinds: Vec<Kind>,
+    /// Only these scenarios (file names without .yaml; default: every file).
     #[arg(long = "only", value_delimiter = ',')]
     pub only: Vec<String>,
+    /// The first run's seed (each later run adds 1). Default: from the clock, so that no run
+    /// resends documents an earlier invocation sent to the same lab and database.
+    #[arg(long)]
+    pub seed: Option<u64>,
     /// The gateway (loopback only).
     #[arg(long, default_value = "http://127.0.0.1:8080")]
     pub gateway: String,
-    /// Where the runs' reports and `scenarios-check.md` go (default:
+    /// Where the runs' reports, `scenarios-check.md` and `index.html` go (default:
     /// <state dir>/reports/scenarios-check-<unix time>).
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -51,27 +101,73 @@ pub struct CheckArgs {
 /// One file in one mode, and what went wrong (`None`: everything held).
 struct Outcome {
     scenario: String,
+    kind: Kind,
     mode: Mode,
     seconds: u64,
     problem: Option<String>,
     out: PathBuf,
 }
 
-/// Every scenario file in `dir`, sorted by name.
-fn files(dir: &Path, only: &[String]) -> anyhow::Result<Vec<PathBuf>> {
-    let mut out: Vec<PathBuf> = std::fs::read_dir(dir)
-        .with_context(|| format!("reading {} (or set LAB_SCENARIO_DIR)", dir.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
-        .filter(|p| {
-            only.is_empty()
-                || p.file_stem()
-                    .is_some_and(|s| only.iter().any(|o| *o == s.to_string_lossy()))
-        })
+/// Every scenario file of `kinds` under `dir` (`faults/` judged, the rest smoke), smoke first,
+/// each kind sorted by name; `only` narrows them by name and must name only files that exist.
+fn files(dir: &Path, kinds: &[Kind], only: &[String]) -> anyhow::Result<Vec<(PathBuf, Kind)>> {
+    let yaml_in = |d: &Path| -> anyhow::Result<Vec<PathBuf>> {
+        let mut v: Vec<PathBuf> = std::fs::read_dir(d)
+            .with_context(|| format!("reading {} (or set LAB_SCENARIO_DIR)", d.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "yaml"))
+            .collect();
+        v.sort();
+        Ok(v)
+    };
+    let mut all: Vec<(PathBuf, Kind)> = yaml_in(dir)?
+        .into_iter()
+        .map(|p| (p, Kind::Smoke))
         .collect();
-    out.sort();
-    anyhow::ensure!(!out.is_empty(), "no scenario file in {}", dir.display());
+    let judged = dir.join(JUDGED_DIR);
+    if judged.is_dir() {
+        all.extend(yaml_in(&judged)?.into_iter().map(|p| (p, Kind::Judged)));
+    }
+    let stem = |p: &Path| {
+        p.file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    };
+    // Runs are written to <out>/<name>-<mode>: two files of one name would overwrite each other.
+    let mut names: Vec<String> = all.iter().map(|(p, _)| stem(p)).collect();
+    names.sort();
+    if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
+        anyhow::bail!(
+            "two scenario files are named {} (in {} and {JUDGED_DIR}/)",
+            w[0],
+            dir.display()
+        );
+    }
+    if let Some(missing) = only.iter().find(|o| !names.contains(o)) {
+        anyhow::bail!(
+            "--only {missing}: no such scenario in {} (have: {})",
+            dir.display(),
+            names.join(", ")
+        );
+    }
+    let out: Vec<(PathBuf, Kind)> = all
+        .into_iter()
+        .filter(|(p, k)| kinds.contains(k) && (only.is_empty() || only.contains(&stem(p))))
+        .collect();
+    anyhow::ensure!(
+        !out.is_empty(),
+        "no scenario file of kinds {kinds:?} in {}",
+        dir.display()
+    );
     Ok(out)
+}
+
+/// A flag argument as `labctl gameday --flag` takes it: `name=variant`.
+fn check_flag(f: &str) -> anyhow::Result<()> {
+    match f.split_once('=') {
+        Some((n, v)) if !n.is_empty() && !v.is_empty() => Ok(()),
+        _ => anyhow::bail!("--flag {f}: write name=variant"),
+    }
 }
 
 /// Replicas per service of the running native lab.
@@ -88,6 +184,17 @@ fn shape(state_dir: &Path) -> anyhow::Result<BTreeMap<String, usize>> {
 pub async fn check(args: &CheckArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> anyhow::Result<()> {
     anyhow::ensure!(args.seconds >= 1, "--seconds must be at least 1");
     anyhow::ensure!(!args.modes.is_empty(), "--modes: at least one mode");
+    anyhow::ensure!(!args.kinds.is_empty(), "--kinds: at least one kind");
+    for r in [Some(args.rate), args.fault_rate].into_iter().flatten() {
+        anyhow::ensure!(
+            r > 0.0 && r <= 1000.0,
+            "rate {r}: use 0 < rate <= 1000 requests/s"
+        );
+    }
+    for f in &args.flags {
+        check_flag(f)?;
+    }
+    let files = files(&scenario::scenario_dir(), &args.kinds, &args.only)?;
     let out = args.out.clone().unwrap_or_else(|| {
         g.state_dir
             .join("reports")
@@ -96,34 +203,46 @@ pub async fn check(args: &CheckArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> an
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     let lab = NativeLab::new(&g.state_dir, Log::file(&out.join("restore.log"))?);
     let before = shape(&g.state_dir)?;
+    // < 10^9 with room for every run: document indexes stay within bigint.
+    let mut seed = args.seed.unwrap_or((crate::now_s() % 10_000_000) * 100);
     let mut outcomes = Vec::new();
-    for (i, path) in files(&scenario::scenario_dir(), &args.only)?
-        .iter()
-        .enumerate()
-    {
+    for (path, kind) in &files {
         let sc = scenario::parse_file(path)?;
+        // `--only`, the duplicate check and the run directories go by the file's name.
+        anyhow::ensure!(
+            path.file_stem().is_some_and(|s| *s == *sc.name),
+            "{}: its name is {:?}; name a scenario after its file",
+            path.display(),
+            sc.name
+        );
         let total: u64 = sc.phases.iter().map(|p| p.seconds).sum();
-        let time_scale = (args.seconds as f64 / total as f64).min(1.0);
-        for (j, &mode) in args.modes.iter().enumerate() {
+        let (time_scale, rate) = match kind {
+            Kind::Smoke => (
+                (args.seconds as f64 / total as f64).min(1.0),
+                Some(args.rate),
+            ),
+            Kind::Judged => (1.0, args.fault_rate),
+        };
+        for &mode in &args.modes {
             let run_out = out.join(format!("{}-{}", sc.name, mode.variant()));
+            seed += 1;
             let ga = GamedayArgs {
                 scenario: path.to_string_lossy().into_owned(),
                 mode,
-                rate: Some(args.rate),
+                rate,
                 tenants: None,
-                flags: Vec::new(),
+                flags: args.flags.clone(),
                 gateway: args.gateway.clone(),
                 out: Some(run_out.clone()),
                 targets: None,
-                strict: false,
-                // Back-to-back runs on one lab: each its own documents, or the next run finds
-                // the previous one's in the caches.
-                seed: 1 + (i * args.modes.len() + j) as u64,
+                strict: *kind == Kind::Judged,
+                seed,
                 time_scale,
             };
             println!(
-                "\n== {} in {} mode, x{time_scale:.3}",
+                "\n== {} ({}) in {} mode, x{time_scale:.3}",
                 sc.name,
+                kind.words(),
                 mode.variant()
             );
             let problem = match crate::run(&ga, g, &g.state_dir, keys.clone()).await {
@@ -152,6 +271,7 @@ pub async fn check(args: &CheckArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> an
                 .sum();
             outcomes.push(Outcome {
                 scenario: sc.name.clone(),
+                kind: *kind,
                 mode,
                 seconds,
                 problem,
@@ -162,6 +282,11 @@ pub async fn check(args: &CheckArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> an
     let md = markdown(args, &outcomes);
     std::fs::write(out.join("scenarios-check.md"), &md)?;
     println!("\n{md}");
+    match lab_report::index::render(&out) {
+        Ok(page) => println!("every run: {}", page.display()),
+        // The runs and their table are written; a missing index loses nothing they say.
+        Err(e) => eprintln!("warning: no index.html over {}: {e:#}", out.display()),
+    }
     let failed = outcomes.iter().filter(|o| o.problem.is_some()).count();
     anyhow::ensure!(
         failed == 0,
@@ -192,12 +317,22 @@ async fn restore(
 
 fn markdown(args: &CheckArgs, outcomes: &[Outcome]) -> String {
     let failed = outcomes.iter().filter(|o| o.problem.is_some()).count();
+    let flags = if args.flags.is_empty() {
+        String::new()
+    } else {
+        format!(" Flags held for every run: `{}`.", args.flags.join("`, `"))
+    };
+    let fault_rate = args
+        .fault_rate
+        .map_or("its own rate".to_string(), |r| format!("{r} rps"));
     let mut md = format!(
-        "# Every scenario, run at smoke length\n\n{} runs ({} failed): each scenario file in each \
-         mode, shrunk to about {} s at {} rps. Held when the run completed, every action of its \
-         timeline succeeded, the load was answered and the run's counts add up; verdicts need \
-         full length and are not judged here.\n\n| scenario | mode | seconds | result | report |\n\
-         | --- | --- | --- | --- | --- |\n",
+        "# Every scenario file, run\n\n{} runs ({} failed): each scenario file in each mode. \
+         **Smoke** runs are shrunk to about {} s at {} rps and held when the run completed, every \
+         action of its timeline succeeded, the load was answered and the run's counts add up \
+         (verdicts need full length and are not judged). **Judged** runs (the fault scenarios) \
+         run at full length and {fault_rate}, and hold only when every verdict held as well.\
+         {flags}\n\n| scenario | kind | mode | seconds | result | report |\n\
+         | --- | --- | --- | --- | --- | --- |\n",
         outcomes.len(),
         failed,
         args.seconds,
@@ -205,13 +340,15 @@ fn markdown(args: &CheckArgs, outcomes: &[Outcome]) -> String {
     );
     for o in outcomes {
         md.push_str(&format!(
-            "| {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} | {} | {} | {} |\n",
             o.scenario,
+            o.kind.words(),
             o.mode.variant(),
             o.seconds,
-            o.problem
-                .as_deref()
-                .map_or("held".to_string(), |p| format!("**failed**: {p}")),
+            o.problem.as_deref().map_or("held".to_string(), |p| format!(
+                "**failed**: {}",
+                p.replace('|', "\\|")
+            )),
             o.out.display()
         ));
     }
@@ -222,15 +359,62 @@ fn markdown(args: &CheckArgs, outcomes: &[Outcome]) -> String {
 mod tests {
     use super::*;
 
+    fn dir() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../load/scenarios")
+    }
+
+    fn names(v: &[(PathBuf, Kind)]) -> Vec<(String, Kind)> {
+        v.iter()
+            .map(|(p, k)| (p.file_stem().unwrap().to_string_lossy().into_owned(), *k))
+            .collect()
+    }
+
     #[test]
-    fn every_scenario_file_is_found_and_only_narrows_them() {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../load/scenarios");
-        let all = files(&dir, &[]).unwrap();
-        assert!(all.len() >= 9, "{all:?}");
-        assert!(all.windows(2).all(|w| w[0] < w[1]));
-        let one = files(&dir, &["incident".into()]).unwrap();
-        assert_eq!(one.len(), 1);
-        assert!(files(&dir, &["no-such-scenario".into()]).is_err());
+    fn every_scenario_file_is_found_the_fault_files_judged_and_only_narrows_them() {
+        let both = [Kind::Smoke, Kind::Judged];
+        let all = names(&files(&dir(), &both, &[]).unwrap());
+        let smoke: Vec<_> = all.iter().filter(|(_, k)| *k == Kind::Smoke).collect();
+        let judged: Vec<_> = all.iter().filter(|(_, k)| *k == Kind::Judged).collect();
+        assert!(smoke.len() >= 9, "{all:?}");
+        assert!(judged.len() >= 5, "{all:?}");
+        assert!(judged.iter().any(|(n, _)| n == "rollouts"), "{all:?}");
+        assert!(smoke.iter().any(|(n, _)| n == "incident"), "{all:?}");
+        // Every file on disk is run: nothing in the directory is skipped.
+        let on_disk = std::fs::read_dir(dir()).unwrap().count()
+            + std::fs::read_dir(dir().join(JUDGED_DIR)).unwrap().count()
+            - 1; // the faults/ directory itself
+        assert_eq!(all.len(), on_disk, "{all:?}");
+
+        let one = names(&files(&dir(), &both, &["rollouts".into()]).unwrap());
+        assert_eq!(one, vec![("rollouts".to_string(), Kind::Judged)]);
+        let only_judged = files(&dir(), &[Kind::Judged], &[]).unwrap();
+        assert_eq!(only_judged.len(), judged.len());
+        // A name of the other kind selects nothing, and an empty selection is an error.
+        assert!(files(&dir(), &[Kind::Smoke], &["rollouts".into()]).is_err());
+        let err = files(&dir(), &both, &["no-such-scenario".into()]).unwrap_err();
+        assert!(format!("{err}").contains("no-such-scenario"), "{err}");
+    }
+
+    #[test]
+    fn two_files_of_one_name_are_refused() {
+        let tmp = std::env::temp_dir().join(format!("smoke-names-{}", std::process::id()));
+        std::fs::create_dir_all(tmp.join(JUDGED_DIR)).unwrap();
+        std::fs::write(tmp.join("x.yaml"), "").unwrap();
+        std::fs::write(tmp.join(JUDGED_DIR).join("x.yaml"), "").unwrap();
+        let err = files(&tmp, &[Kind::Smoke, Kind::Judged], &[]).unwrap_err();
+        std::fs::remove_dir_all(&tmp).unwrap();
+        assert!(
+            format!("{err}").contains("two scenario files are named x"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_flag_must_be_name_equals_variant() {
+        assert!(check_flag("resilience.concurrency_adaptive=off").is_ok());
+        for bad in ["resilience.concurrency_adaptive", "=off", "x="] {
+            assert!(check_flag(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]
@@ -238,13 +422,18 @@ mod tests {
         let args = CheckArgs {
             seconds: 8,
             rate: 20.0,
+            fault_rate: None,
+            flags: vec!["resilience.concurrency_adaptive=off".into()],
             modes: vec![Mode::Resilient],
+            kinds: vec![Kind::Smoke, Kind::Judged],
             only: vec![],
+            seed: None,
             gateway: String::new(),
             out: None,
         };
-        let o = |problem: Option<&str>| Outcome {
+        let o = |kind: Kind, problem: Option<&str>| Outcome {
             scenario: "incident".into(),
+            kind,
             mode: Mode::Legacy,
             seconds: 9,
             problem: problem.map(String::from),
@@ -252,13 +441,24 @@ mod tests {
         };
         let md = markdown(
             &args,
-            &[o(None), o(Some("actions failed: remediate analyze"))],
+            &[
+                o(Kind::Smoke, None),
+                o(
+                    Kind::Judged,
+                    Some("--strict: 1 of the verdicts did not hold (a | b)"),
+                ),
+            ],
         );
         assert!(md.contains("2 runs (1 failed)"), "{md}");
         assert!(
-            md.contains("**failed**: actions failed: remediate analyze"),
+            md.contains("| judged | legacy | 9 | **failed**: --strict: 1 of the verdicts did not hold (a \\| b) |"),
             "{md}"
         );
-        assert!(md.contains("| incident | legacy | 9 | held |"), "{md}");
+        assert!(
+            md.contains("| incident | smoke | legacy | 9 | held |"),
+            "{md}"
+        );
+        assert!(md.contains("`resilience.concurrency_adaptive=off`"), "{md}");
+        assert!(md.contains("full length and its own rate"), "{md}");
     }
 }

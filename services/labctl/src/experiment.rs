@@ -1,5 +1,6 @@
 //! The experiments (crates/lab-experiment): `gameday`, `replay` (the main job), `ablate`, `map`,
-//! `scenarios check` (every scenario file, run at smoke length), and `report` (draw a run's
+//! `scenarios check` (every scenario file: the fault scenarios judged, the others at smoke
+//! length), and `report` (draw a run's
 //! report.html again from its files).
 
 use std::path::PathBuf;
@@ -36,7 +37,8 @@ pub enum ExperimentCommand {
 
 #[derive(clap::Subcommand)]
 pub enum ScenariosCommand {
-    /// Run every scenario file, in each mode, shortened to a few seconds, on the running lab:
+    /// Run every scenario file, in each mode, on the running lab: the fault scenarios
+    /// (load/scenarios/faults) judged at full length; the others shortened to a few seconds, where
     /// each must complete, its actions succeed and its counts add up (verdicts need full length).
     Check(smoke::CheckArgs),
 }
