@@ -17,7 +17,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::cell::{self, CellArgs, CellResult, CellSpec};
+use crate::cell::{self, CellArgs, CellResult, CellSpec, Variant};
 use crate::replay::Calibration;
 use crate::{Globals, Mode};
 
@@ -397,32 +397,26 @@ fn chosen<'a>(args: &AblateArgs, all: &'a [Cell], policy_cells: &'a [Cell]) -> V
         .collect()
 }
 
-/// Every chosen cell at `rate`, with the trigger's timing (steady, stale, rollback after,
-/// recovery seconds).
+/// Every chosen cell at `rate`, with the trigger (stale seconds, rollback after).
 fn specs(
     args: &AblateArgs,
     cal: &Calibration,
     chosen: &[&Cell],
     rate: f64,
-    (steady, stale_seconds, rollback_after, recovery): (u64, u64, Option<u64>, u64),
+    trigger: (u64, Option<u64>),
 ) -> anyhow::Result<Vec<CellSpec>> {
     chosen
         .iter()
         .map(|c| {
-            Ok(CellSpec {
+            let v = Variant {
                 id: c.id.clone(),
                 label: c.label.clone(),
                 mode: c.mode,
                 flags: c.flags.clone(),
-                rate,
-                steady_seconds: steady,
-                stale_seconds,
-                rollback_after,
-                recovery_seconds: recovery,
-                recovery_margin: args.cells.recovery_margin,
                 policy: c.policy.clone(),
-                setup: cell::setup_fingerprint(&args.cells, cal, c.policy.as_deref())?,
-            })
+            };
+            let setup = cell::setup_fingerprint(&args.cells, cal, c.policy.as_deref())?;
+            Ok(args.cells.spec(v, rate, trigger, setup))
         })
         .collect::<anyhow::Result<_>>()
 }
@@ -435,8 +429,6 @@ pub async fn run(args: &AblateArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> any
     let q = args.cells.quick;
     let stale_seconds = args.stale_seconds.unwrap_or(if q { 40 } else { 60 });
     let rollback_after = (!args.no_rollback).then_some(10);
-    let recovery = args.cells.recovery();
-    let steady = args.cells.steady();
     anyhow::ensure!(
         stale_seconds >= 5 && rollback_after.is_none_or(|r| r < stale_seconds),
         "--stale-seconds must be at least 5 and longer than the 10 s before the rollback"
@@ -459,8 +451,7 @@ pub async fn run(args: &AblateArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> any
         rollback_after.map(|r| format!(", rollback at +{r} s")).unwrap_or_default(),
         out.display()
     );
-    let timing = (steady, stale_seconds, rollback_after, recovery);
-    let specs = specs(args, &cal, &chosen, rate, timing)?;
+    let specs = specs(args, &cal, &chosen, rate, (stale_seconds, rollback_after))?;
     let all = cell::run_all(&specs, &args.cells, &cal, g, &keys, &out).await?;
     // Only cells that proved their trigger are ranked; the others fail the command below.
     let results = cell::valid(&all);
@@ -489,9 +480,12 @@ pub async fn run(args: &AblateArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> any
     md.push_str(&cell::cost_line(&all));
     md.push('\n');
     std::fs::write(out.join("ablate.md"), &md)?;
-    std::fs::write(
-        out.join("summary.json"),
-        serde_json::to_vec_pretty(&Summary {
+    let header = lab_report::run::Header::new(lab_report::run::RunKind::Ablation, "ablation")
+        .judged("claims", true, &claims);
+    lab_report::run::write(
+        &out,
+        &header,
+        &Summary {
             calibration: &cal,
             rate,
             stale_seconds,
@@ -502,7 +496,7 @@ pub async fn run(args: &AblateArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> any
             claims: &claims,
             cells: &all,
             seconds,
-        })?,
+        },
     )?;
     let html = html(&md_title(rate, &cal), &rows, &claims, &md);
     std::fs::write(out.join("report.html"), html)?;

@@ -122,6 +122,32 @@ impl CellArgs {
         }
     }
 
+    /// One cell of this experiment: `v` at `rate`, the plan stale `stale_seconds` (the rollback
+    /// `rollback_after` into it), with this experiment's steady and recovery seconds and margin;
+    /// `setup`: [`setup_fingerprint`] of the options it is measured under.
+    pub fn spec(
+        &self,
+        v: Variant,
+        rate: f64,
+        (stale_seconds, rollback_after): (u64, Option<u64>),
+        setup: String,
+    ) -> CellSpec {
+        CellSpec {
+            id: v.id,
+            label: v.label,
+            mode: v.mode,
+            flags: v.flags,
+            rate,
+            steady_seconds: self.steady(),
+            stale_seconds,
+            rollback_after,
+            recovery_seconds: self.recovery(),
+            recovery_margin: self.recovery_margin,
+            policy: v.policy,
+            setup,
+        }
+    }
+
     pub fn validate(&self) -> anyhow::Result<()> {
         anyhow::ensure!(self.repeat >= 1, "--repeat must be at least 1");
         anyhow::ensure!(
@@ -203,6 +229,16 @@ pub async fn prepare(
         return Ok(None);
     }
     Ok(Some((out, cal)))
+}
+
+/// What sets one cell apart from the others of its experiment (see [`CellArgs::spec`]).
+#[derive(Debug, Clone)]
+pub struct Variant {
+    pub id: String,
+    pub label: String,
+    pub mode: Mode,
+    pub flags: Vec<(String, String)>,
+    pub policy: Option<PathBuf>,
 }
 
 /// What one cell runs.
@@ -931,6 +967,69 @@ pub fn recovery_summary(results: &[&CellResult]) -> (Option<f64>, usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        cells: CellArgs,
+    }
+
+    fn cell_args(argv: &[&str]) -> CellArgs {
+        use clap::Parser;
+        Cli::try_parse_from(std::iter::once("cell").chain(argv.iter().copied()))
+            .unwrap()
+            .cells
+    }
+
+    #[test]
+    fn a_cell_takes_its_experiments_timing_and_its_own_variant() {
+        let v = |id: &str| Variant {
+            id: id.into(),
+            label: format!("label {id}"),
+            mode: Mode::Resilient,
+            flags: vec![("resilience.concurrency_adaptive".into(), "off".into())],
+            policy: Some(PathBuf::from("p.toml")),
+        };
+        let full = cell_args(&[]).spec(v("a"), 120.0, (60, Some(10)), "s".into());
+        assert_eq!(
+            (
+                full.steady_seconds,
+                full.stale_seconds,
+                full.rollback_after,
+                full.recovery_seconds
+            ),
+            (15, 60, Some(10), 60)
+        );
+        assert_eq!((full.id.as_str(), full.label.as_str()), ("a", "label a"));
+        assert_eq!(full.flags, v("a").flags);
+        assert_eq!((full.rate, full.recovery_margin), (120.0, 0.95));
+        assert_eq!(
+            (full.policy, full.setup),
+            (Some(PathBuf::from("p.toml")), "s".into())
+        );
+        let quick = cell_args(&["--quick", "--recovery-margin", "0.9"]).spec(
+            v("b"),
+            1.0,
+            (40, None),
+            "".into(),
+        );
+        assert_eq!(
+            (
+                quick.steady_seconds,
+                quick.recovery_seconds,
+                quick.recovery_margin,
+                quick.rollback_after
+            ),
+            (10, 45, 0.9, None)
+        );
+        let own = cell_args(&["--quick", "--recovery-seconds", "30"]).spec(
+            v("c"),
+            1.0,
+            (40, None),
+            "".into(),
+        );
+        assert_eq!(own.recovery_seconds, 30);
+    }
 
     fn sample(second: u64, sent: u64, good: u64) -> SecondSample {
         SecondSample {

@@ -333,10 +333,16 @@ fn write_report(
         load: &outcome.load,
         restarts_during_run: restarts,
     };
-    std::fs::write(
-        out.join("summary.json"),
-        serde_json::to_vec_pretty(&report)?,
-    )?;
+    let mode = args.mode.variant();
+    let header = lab_report::run::Header::new(lab_report::run::RunKind::GameDay, &sc.name)
+        .judged(mode, args.mode.is_fix(), steps)
+        .judged(
+            &format!("{mode} (expect)"),
+            args.mode.is_fix(),
+            expectations,
+        )
+        .consistency(&outcome.consistency);
+    lab_report::run::write(out, &header, &report)?;
     std::fs::write(out.join("summary.md"), &md)?;
     let html = html::render(out)?;
     println!("report written to {} ({})", out.display(), html.display());

@@ -14,7 +14,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::cell::{self, CellArgs, CellResult, CellSpec};
+use crate::cell::{self, CellArgs, CellResult, CellSpec, Variant};
 use crate::replay::{Calibration, Modes};
 use crate::{Globals, Mode};
 use lab_report::html::{esc, head};
@@ -112,9 +112,10 @@ pub async fn run(args: &MapArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> anyhow
     md.push_str(&cell::cost_line(&all));
     md.push('\n');
     std::fs::write(out.join("map.md"), &md)?;
-    std::fs::write(
-        out.join("summary.json"),
-        serde_json::to_vec_pretty(&Summary {
+    lab_report::run::write(
+        &out,
+        &lab_report::run::Header::new(lab_report::run::RunKind::Map, "metastability map"),
+        &Summary {
             calibration: &cal,
             loads: &loads,
             trigger_seconds: &triggers,
@@ -123,7 +124,7 @@ pub async fn run(args: &MapArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> anyhow
             map: &map,
             cells: &all,
             seconds,
-        })?,
+        },
     )?;
     let grid = (&loads[..], &triggers[..], &modes[..]);
     std::fs::write(
@@ -200,12 +201,11 @@ fn specs(
     modes: &[Mode],
 ) -> anyhow::Result<Vec<CellSpec>> {
     let setup = cell::setup_fingerprint(&args.cells, cal, args.cells.lab.policy.as_deref())?;
-    let (steady, recovery) = (args.cells.steady(), args.cells.recovery());
     let mut specs = Vec::new();
     for mode in modes {
         for t in triggers {
             for l in loads {
-                specs.push(CellSpec {
+                let v = Variant {
                     id: cell_id(*mode, *l, *t),
                     label: format!(
                         "{} at {l:.2} × healthy capacity, stale {t} s",
@@ -213,15 +213,11 @@ fn specs(
                     ),
                     mode: *mode,
                     flags: vec![],
-                    rate: (l * cal.healthy_capacity_rps).max(1.0),
-                    steady_seconds: steady,
-                    stale_seconds: *t,
-                    rollback_after: args.rollback_after,
-                    recovery_seconds: recovery,
-                    recovery_margin: args.cells.recovery_margin,
                     policy: args.cells.lab.policy.clone(),
-                    setup: setup.clone(),
-                });
+                };
+                let rate = (l * cal.healthy_capacity_rps).max(1.0);
+                let trigger = (*t, args.rollback_after);
+                specs.push(args.cells.spec(v, rate, trigger, setup.clone()));
             }
         }
     }

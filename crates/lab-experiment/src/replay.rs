@@ -956,15 +956,19 @@ async fn replay_once(
     }
     let md = markdown(sc, &cal, args.time_scale, &reports);
     std::fs::write(out.join("replay.md"), &md)?;
-    std::fs::write(
-        out.join("summary.json"),
-        serde_json::to_vec_pretty(&Summary {
-            scenario: sc,
-            calibration: &cal,
-            time_scale: args.time_scale,
-            modes: &reports,
-        })?,
-    )?;
+    let mut header = lab_report::run::Header::new(lab_report::run::RunKind::Replay, &sc.name);
+    for r in &reports {
+        header = header
+            .judged(r.mode.variant(), r.mode.is_fix(), &r.steps)
+            .consistency(&r.consistency);
+    }
+    let body = Summary {
+        scenario: sc,
+        calibration: &cal,
+        time_scale: args.time_scale,
+        modes: &reports,
+    };
+    lab_report::run::write(out, &header, &body)?;
     println!("\n{md}");
     lab_report::html::render(out)?;
     Ok(Replayed {

@@ -9,7 +9,8 @@ use anyhow::Context;
 use serde_json::Value;
 
 use crate::html::{esc, head};
-use crate::verdict::{Check, Outcome, Verdict};
+use crate::run::{Header, Judged, RunKind};
+use crate::verdict::{Check, Verdict};
 
 /// What a run directory holds, read from its files.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,6 +20,19 @@ pub enum Kind {
     Repeats,
     Ablation,
     Map,
+    ChainLimit,
+}
+
+impl From<RunKind> for Kind {
+    fn from(k: RunKind) -> Kind {
+        match k {
+            RunKind::GameDay => Kind::GameDay,
+            RunKind::Replay => Kind::Replay,
+            RunKind::Ablation => Kind::Ablation,
+            RunKind::Map => Kind::Map,
+            RunKind::ChainLimit => Kind::ChainLimit,
+        }
+    }
 }
 
 impl Kind {
@@ -29,9 +43,11 @@ impl Kind {
             Kind::Repeats => "replay ×N",
             Kind::Ablation => "ablation",
             Kind::Map => "metastability map",
+            Kind::ChainLimit => "chain limit",
         }
     }
 
+    /// A summary written before the `run` header ([`Header`]), by its keys.
     fn of(dir: &Path, summary: &Value) -> Option<Kind> {
         if dir.join("repeats.json").is_file() {
             Some(Kind::Repeats)
@@ -64,25 +80,14 @@ pub struct Entry {
     pub page: Option<PathBuf>,
 }
 
+/// A summary's verdicts of `mode`, before the `run` header: a legacy run's are the bug's.
 fn tally(mode: &str, verdicts: &[Verdict]) -> Option<String> {
-    let first = verdicts.first()?;
-    let fix = !mode.eq_ignore_ascii_case("legacy");
-    let words = |o: Outcome| {
-        if first.postmortem.is_some() {
-            o.words(fix)
-        } else {
-            o.plain_words()
-        }
-    };
-    let n = |o: Outcome| verdicts.iter().filter(|v| v.outcome == o).count();
-    Some(format!(
-        "{mode}: {} {}, {} {}, {} not measured",
-        n(Outcome::Reproduced),
-        words(Outcome::Reproduced),
-        n(Outcome::NotReproduced),
-        words(Outcome::NotReproduced),
-        n(Outcome::NotMeasured)
-    ))
+    Judged {
+        of: mode.to_string(),
+        fix: !mode.eq_ignore_ascii_case("legacy"),
+        verdicts: verdicts.to_vec(),
+    }
+    .tally()
 }
 
 /// `v` read as `T`s: none where the summary has none (older ones), and what could not be read
@@ -109,10 +114,36 @@ fn entry(dir: &Path, rel: &Path) -> Option<Entry> {
         "summary.json"
     };
     let summary: Value = serde_json::from_slice(&std::fs::read(dir.join(file)).ok()?).ok()?;
-    let kind = Kind::of(dir, &summary)?;
     let mut lines = Vec::new();
     let mut bad = Vec::new();
     let mut consistency: Vec<Check> = Vec::new();
+    let page = [
+        "report.html",
+        "repeats.md",
+        "map.md",
+        "ablate.md",
+        "chain-limit.md",
+    ]
+    .iter()
+    .map(|f| rel.join(f))
+    .find(|f| dir.join(f.file_name().unwrap_or_default()).is_file());
+    match Header::of(&summary) {
+        Some(Ok(h)) => {
+            return Some(Entry {
+                dir: rel.to_path_buf(),
+                kind: h.kind.into(),
+                scenario: h.name,
+                verdicts: h.verdicts.iter().filter_map(Judged::tally).collect(),
+                consistent: (!h.consistency.is_empty())
+                    .then(|| h.consistency.iter().all(Check::holds)),
+                page,
+            });
+        }
+        // A run it cannot read is still listed, as its keys say, with why.
+        Some(Err(e)) => bad.push(format!("{e:#}")),
+        None => {}
+    }
+    let kind = Kind::of(dir, &summary)?;
     match kind {
         Kind::GameDay => {
             let mode = summary["mode"].as_str().unwrap_or("?").to_lowercase();
@@ -132,13 +163,9 @@ fn entry(dir: &Path, rel: &Path) -> Option<Entry> {
             "claims",
             &read(&summary["claims"], "claims", &mut bad),
         )),
-        Kind::Repeats | Kind::Map => {}
+        Kind::Repeats | Kind::Map | Kind::ChainLimit => {}
     }
     lines.extend(bad);
-    let page = ["report.html", "repeats.md", "map.md", "ablate.md"]
-        .iter()
-        .map(|f| rel.join(f))
-        .find(|f| dir.join(f.file_name().unwrap_or_default()).is_file());
     Some(Entry {
         dir: rel.to_path_buf(),
         kind,
@@ -239,6 +266,42 @@ pub fn render(root: &Path) -> anyhow::Result<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_run_with_the_run_header_is_read_from_it_whatever_its_kind() {
+        use crate::verdict::Verdict;
+        let root = std::env::temp_dir().join(format!("lab_index_{:016x}", rand::random::<u64>()));
+        for d in ["cl", "gd"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        // A kind the keys alone never told apart, with a page of its own.
+        let cl = Header::new(RunKind::ChainLimit, "chain-limit");
+        crate::run::write(&root.join("cl"), &cl, &serde_json::json!({"steps": []})).unwrap();
+        std::fs::write(root.join("cl/chain-limit.md"), "# x").unwrap();
+        // A game day whose body has no verdicts: the header's are the ones listed.
+        let step = Verdict::of("stale", vec![Check::counts_agree("a", 1.0, 2.0)]).about("line");
+        let gd = Header::new(RunKind::GameDay, "incident")
+            .judged("resilient", true, &[step])
+            .consistency(&[Check::counts_agree("sent", 3.0, 3.0)]);
+        crate::run::write(&root.join("gd"), &gd, &serde_json::json!({"mode": "x"})).unwrap();
+        let list = entries(&root).unwrap();
+        assert_eq!(list.len(), 2, "{list:?}");
+        assert_eq!(
+            (list[0].kind, list[0].scenario.as_str()),
+            (Kind::ChainLimit, "chain-limit")
+        );
+        assert_eq!(list[0].page, Some(PathBuf::from("cl/chain-limit.md")));
+        assert!(list[0].verdicts.is_empty() && list[0].consistent.is_none());
+        assert_eq!(
+            list[1].verdicts,
+            ["resilient: 0 fix held, 1 fix did not hold, 0 not measured"]
+        );
+        assert_eq!(
+            (list[1].kind, list[1].consistent),
+            (Kind::GameDay, Some(true))
+        );
+        let _ = std::fs::remove_dir_all(&root);
+    }
 
     #[test]
     fn the_index_lists_every_run_with_its_verdicts_and_flags_one_whose_counts_do_not_add_up() {

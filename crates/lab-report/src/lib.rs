@@ -14,6 +14,8 @@
 //! - [`html`]: `report.html`, one self-contained file per run, drawn from the run's own files.
 //! - [`verdict`]: one verdict type — a check measured or not, a step reproduced, not
 //!   reproduced or not measured — for every experiment and a run's own bookkeeping.
+//! - [`run`]: one run summary schema — the `run` header every `summary.json` starts with
+//!   (what ran, every verdict, its bookkeeping), whatever the experiment.
 //! - [`index`]: `index.html` over a directory of runs, each with its verdicts in a line.
 //! - [`trace`]: the worst trace a run keeps beside its report.
 //!
@@ -25,6 +27,7 @@ pub mod index;
 pub mod quantities;
 pub mod quantity;
 pub mod recorded;
+pub mod run;
 pub mod series;
 pub mod summary;
 pub mod trace;

@@ -11,7 +11,7 @@ use super::cpu::CpuSplit;
 use super::perf::ProfileTop;
 
 /// The file name of the summary in a run directory.
-pub const FILE: &str = "summary.json";
+pub const FILE: &str = lab_report::run::FILE;
 
 /// One run of `labctl chain-limit`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -185,9 +185,12 @@ pub struct ProfileTarget {
 }
 
 impl Summary {
+    /// As `dir/summary.json`, under the run header every experiment writes (it judges nothing:
+    /// its bounds are drawn in the report).
     pub fn write(&self, dir: &Path) -> anyhow::Result<()> {
-        std::fs::write(dir.join(FILE), serde_json::to_vec_pretty(self)?)
-            .with_context(|| format!("writing {}", dir.join(FILE).display()))
+        use lab_report::run::{Header, RunKind};
+        lab_report::run::write(dir, &Header::new(RunKind::ChainLimit, "chain-limit"), self)?;
+        Ok(())
     }
 
     pub fn read(dir: &Path) -> anyhow::Result<Summary> {
