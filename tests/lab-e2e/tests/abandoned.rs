@@ -62,3 +62,73 @@ async fn resilient_abandons_no_entity_service_work() {
     let (requests, seconds) = abandoned_after_one_request("resilient").await;
     assert_eq!((requests, seconds), (0.0, 0.0));
 }
+
+/// One request whose every gateway attempt times out while entity-service takes 2 s; then, for
+/// up to 8 s, the first orchestrator's cache entries and its orphaned handlers, once both have
+/// stopped moving and its handlers are done. The gateway's 1 s legacy attempts (and the fixed
+/// stack's 700 ms entity attempts) end long before entity-service answers.
+async fn cache_after_a_hung_up_request(mode: &str) -> (f64, f64) {
+    let db = TestDb::new().await;
+    let key = fixtures::tenant_with_key(&db.url, 1).await;
+    fixtures::entities(&db.url, &[(10, 1, "organization", "Vega Labs", 100)]).await;
+    let lab = Lab::start(
+        db,
+        LabOptions {
+            orchestrators: 1,
+            ..LabOptions::default()
+        },
+    )
+    .await;
+    lab.set_flag("readiness.depth", "shallow").await;
+    lab.set_flag("client.mode", mode).await;
+    lab.set_flag("fault.entity.latency_ms", "2000").await;
+    let resp = lab
+        .extract(
+            &key.api_key,
+            json!({"doc_id": "d", "text": "The payee Vega Labs confirmed."}),
+        )
+        .await;
+    assert!(resp.status().is_server_error(), "{}", resp.status());
+    let orch = &lab.orchestrators[0].admin;
+    let read = || async {
+        (
+            Lab::metric(orch, "orchestrator_cache_entries", "").await,
+            Lab::metric(orch, "orchestrator_handlers_orphaned_total", "").await,
+        )
+    };
+    let mut last = read().await;
+    for _ in 0..16 {
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        let now = read().await;
+        let entity_idle = Lab::metric(
+            &lab.entity_services[0].admin,
+            "entity_service_requests_in_flight",
+            "",
+        )
+        .await
+            == 0.0;
+        if now == last && now.0 > 0.0 && entity_idle {
+            break;
+        }
+        last = now;
+    }
+    last
+}
+
+#[tokio::test]
+async fn a_legacy_handler_runs_on_after_its_caller_hangs_up_and_fills_the_cache() {
+    let (entries, orphaned) = cache_after_a_hung_up_request("legacy").await;
+    // Go's semantics (LAB-BUG(go-handler)): each of the gateway's timed-out attempts left a
+    // handler behind, and each finished its work: the answer it waited for is in the cache.
+    assert!(orphaned >= 1.0, "handlers whose caller left: {orphaned}");
+    assert!(
+        entries >= 1.0,
+        "the orphaned handlers filled the cache: {entries}"
+    );
+}
+
+#[tokio::test]
+async fn a_fixed_handler_is_cancelled_with_its_caller() {
+    let (entries, orphaned) = cache_after_a_hung_up_request("resilient").await;
+    assert_eq!((entries, orphaned), (0.0, 0.0));
+}
