@@ -24,7 +24,7 @@ use crate::{Globals, Mode};
 mod claims;
 use claims::claims;
 use lab_report::html::{esc, head};
-use lab_report::verdict::{Outcome, Verdict};
+use lab_report::verdict::Verdict;
 use lab_seed::ApiKeyRecord;
 
 #[derive(Debug, Clone, clap::Args)]
@@ -797,21 +797,13 @@ fn html(title: &str, rows: &[Row], claims: &[Verdict], md: &str) -> String {
     h.push_str(&bars_svg(rows));
     h.push_str("<h2>The postmortem's claims</h2><table><tr><th>claim</th><th>verdict</th><th>checks</th><th>evidence</th></tr>");
     for c in claims {
-        let class = match c.outcome {
-            Outcome::Reproduced => "ok",
-            Outcome::NotReproduced => "no",
-            Outcome::NotMeasured => "na",
-        };
+        // The postmortem's claim reproduced or not: a claim, not a mode's fix.
         let _ = write!(
             h,
-            "<tr><td>{}</td><td class='{class}'>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             esc(c.postmortem.as_deref().unwrap_or("")),
-            c.outcome.words(false),
-            c.checks
-                .iter()
-                .map(|k| esc(&k.markdown()))
-                .collect::<Vec<_>>()
-                .join("<br>"),
+            lab_report::html::outcome_html(c, false),
+            lab_report::html::checks_html(c),
             esc(&c.evidence)
         );
     }

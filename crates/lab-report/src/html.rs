@@ -177,8 +177,9 @@ impl Run {
     }
 }
 
-/// A verdict's outcome in its words, coloured.
-fn outcome_html(v: &Verdict, fix: bool) -> String {
+/// A verdict's outcome in its words, coloured (every page draws verdicts with this and
+/// [`checks_html`]).
+pub fn outcome_html(v: &Verdict, fix: bool) -> String {
     let class = match v.outcome {
         Outcome::Reproduced => "ok",
         Outcome::NotReproduced => "no",
@@ -189,7 +190,7 @@ fn outcome_html(v: &Verdict, fix: bool) -> String {
 
 /// A verdict's checks, one per line; a precondition marked apart (it makes the step "not
 /// measured" when it fails, it is not the verdict).
-fn checks_html(v: &Verdict) -> String {
+pub fn checks_html(v: &Verdict) -> String {
     let mut cell = String::new();
     for c in &v.checks {
         let mark = match c.ok {
