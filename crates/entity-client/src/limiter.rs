@@ -132,8 +132,14 @@ impl Limiter {
         in_use: IntGauge,
         current: IntGauge,
     ) -> Self {
-        current.set(limit as i64);
         let ceiling_size = adaptive_max.max(limit) * endpoints.max(1);
+        // Before the first attempt, the size the default controls use (`Controls::default()`:
+        // the callee sizes the capacity, this side caps at the ceiling), not the static size a
+        // dashboard would take for the policy in force.
+        current.set(match crate::Controls::default().adaptive_limit {
+            Some(Adapt::Callee) => ceiling_size,
+            _ => limit,
+        } as i64);
         Self {
             permits: Semaphore::new(limit),
             limit,
@@ -367,6 +373,11 @@ mod tests {
         // 16 static, 64 per endpoint, 3 endpoints: 192 in flight before this side sheds.
         let l = Limiter::new(16, 64, 3, gauge.clone(), current.clone());
         assert_eq!(l.ceiling(), 192);
+        assert_eq!(
+            current.get(),
+            192,
+            "before any attempt: the default policy's size"
+        );
         let take = |n| -> Vec<_> {
             (0..n)
                 .map_while(|_| l.try_acquire_adapting(Adapt::Callee))
