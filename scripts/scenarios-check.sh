@@ -45,13 +45,21 @@ KAFKA="${KAFKA_BOOTSTRAP:-127.0.0.1:9092}"
 if ! [[ "$SECONDS_EACH" =~ ^[0-9]+$ ]] || ((SECONDS_EACH < 2 || SECONDS_EACH > 120)); then
     die "SCENARIOS_SECONDS must be 2..120"
 fi
-# Space-separated lists, as the names are typed; labctl checks each value.
-ARGS=(--seconds "$SECONDS_EACH" --rate "$RATE"
-    --modes "$(tr -s ' ' ',' <<<"${SCENARIOS_MODES:-resilient legacy}")"
-    --kinds "$(tr -s ' ' ',' <<<"${SCENARIOS_KINDS:-smoke judged}")")
-if [[ -n "${SCENARIOS_ONLY:-}" ]]; then ARGS+=(--only "$(tr -s ' ' ',' <<<"$SCENARIOS_ONLY")"); fi
+# Lists as typed (words separated by any blanks), joined as labctl takes them; the values that
+# can be checked here are, before the build and the lab.
+csv() { local -a w; read -ra w <<<"$1"; local IFS=,; printf '%s' "${w[*]}"; }
+MODES="$(csv "${SCENARIOS_MODES:-resilient legacy}")"
+KINDS="$(csv "${SCENARIOS_KINDS:-smoke judged}")"
+for m in ${MODES//,/ }; do [[ "$m" == resilient || "$m" == legacy ]] || die "SCENARIOS_MODES: $m? (resilient, legacy)"; done
+for k in ${KINDS//,/ }; do [[ "$k" == smoke || "$k" == judged ]] || die "SCENARIOS_KINDS: $k? (smoke, judged)"; done
+[[ -n "$MODES" && -n "$KINDS" ]] || die "SCENARIOS_MODES and SCENARIOS_KINDS need at least one value each"
+ARGS=(--seconds "$SECONDS_EACH" --rate "$RATE" --modes "$MODES" --kinds "$KINDS")
+if [[ -n "${SCENARIOS_ONLY:-}" ]]; then ARGS+=(--only "$(csv "$SCENARIOS_ONLY")"); fi
 if [[ -n "${SCENARIOS_FAULT_RATE:-}" ]]; then ARGS+=(--fault-rate "$SCENARIOS_FAULT_RATE"); fi
-for fl in ${SCENARIOS_FLAGS:-}; do ARGS+=(--flag "$fl"); done
+for fl in ${SCENARIOS_FLAGS:-}; do
+    [[ "$fl" == ?*=?* ]] || die "SCENARIOS_FLAGS: $fl? (name=variant)"
+    ARGS+=(--flag "$fl")
+done
 
 # shellcheck source=lib/own_lab.sh
 source "$HERE/lib/own_lab.sh"   # refuse_if_lab_up, own_lab_up
@@ -62,9 +70,11 @@ mkdir -p "$(dirname "$OUT")"
 rc=0
 "${LABCTL[@]}" scenarios check "${ARGS[@]}" --gateway "http://127.0.0.1:$GW" --out "$OUT" \
     >"$OUT.log" 2>&1 || rc=$?
-# Each judged run's verdicts, one line each (the section its summary.md writes).
-for f in load/scenarios/faults/*.yaml; do
-    for sm in "$OUT/$(basename "$f" .yaml)"-*/summary.md; do
+# Each judged run's verdicts, one line each (the section its summary.md writes); the fault files
+# are where labctl reads them (LAB_SCENARIO_DIR, default load/scenarios).
+for f in "${LAB_SCENARIO_DIR:-load/scenarios}"/faults/*.yaml; do
+    for m in ${MODES//,/ }; do
+        sm="$OUT/$(basename "$f" .yaml)-$m/summary.md"
         [[ -f "$sm" ]] || continue
         printf "%s:\n" "$(basename "$(dirname "$sm")")"
         awk '/^Verdicts, phase by phase:/ { on = 1; next } on && /^- / { print "    " $0 }

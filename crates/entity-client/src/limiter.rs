@@ -133,9 +133,10 @@ impl Limiter {
         current: IntGauge,
     ) -> Self {
         let ceiling_size = adaptive_max.max(limit) * endpoints.max(1);
-        // Before the first attempt, the size the default controls use (`Controls::default()`:
-        // the callee sizes the capacity, this side caps at the ceiling), not the static size a
-        // dashboard would take for the policy in force.
+        // Before the first attempt: the size the default controls use (`Controls::default()`:
+        // the callee sizes the capacity, this side caps at the ceiling). Which policy the flags
+        // choose is known only per attempt, so under another one the gauge reads this until
+        // the first attempt.
         current.set(match crate::Controls::default().adaptive_limit {
             Some(Adapt::Callee) => ceiling_size,
             _ => limit,

@@ -29,7 +29,7 @@
 //! | `entity_shed_total` | `reason` | calls or retries refused before the wire: `retry_budget`, `no_budget`, `breaker_open`, `concurrency_limit` | always 0 — legacy never sheds (the series exist so the panel reads 0, not "no data") |
 //! | `entity_retry_budget_tokens` | — | the retry bucket's balance (100 = full) | absent (no series at all, rather than a 0 that would fire `min(entity_retry_budget_tokens) < 20`) |
 //! | `entity_breaker_state` | — | 0 = admitting, 1 = probing, 2 = shedding — ordered by severity, so `max()` across pods is the worst; as of the last call (Shedding becomes Probing lazily, at the next call after the 5 s) | absent |
-//! | `entity_concurrency_limit` | — | attempts admitted in flight at once: the static size (`max_concurrency`), or the adaptive limit's current value while `resilience.concurrency_adaptive` is on | absent |
+//! | `entity_concurrency_limit` | — | attempts admitted in flight at once, as of the last attempt: the callee policy's ceiling (`max_concurrency_adaptive` × endpoints; `resilience.concurrency_adaptive=callee`, the default, and the value before the first attempt), the adaptive limit's current value (`aimd`, `vegas`), or the static size (`max_concurrency`, `off`) | absent |
 //! | `entity_pool_slots` | `state` | `in_use`: concurrency-limiter permits held by in-flight attempts; `waiting`: always 0 (the limiter never queues — it sheds) | `in_use`: per-host connection slots held; `waiting`: attempts parked waiting for a slot (the postmortem's 4,102 goroutines in `roundTrip`) |
 //!
 //! `entity_abandoned_total / entity_requests_total` is then comparable across modes: the share of

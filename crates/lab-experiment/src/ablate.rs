@@ -481,7 +481,8 @@ pub async fn run(args: &AblateArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> any
     md.push('\n');
     std::fs::write(out.join("ablate.md"), &md)?;
     let header = lab_report::run::Header::new(lab_report::run::RunKind::Ablation, "ablation")
-        .judged("claims", true, &claims);
+        // The postmortem's claims, reproduced or not (as ablate.md and the page word them).
+        .judged("claims", false, &claims);
     lab_report::run::write(
         &out,
         &header,

@@ -194,7 +194,20 @@ pub async fn check(args: &CheckArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> an
     for f in &args.flags {
         check_flag(f)?;
     }
-    let files = files(&scenario::scenario_dir(), &args.kinds, &args.only)?;
+    // Every file parsed and named right before the first run: a bad file found minutes into
+    // the check would leave no table.
+    let mut scenarios = Vec::new();
+    for (path, kind) in files(&scenario::scenario_dir(), &args.kinds, &args.only)? {
+        let sc = scenario::parse_file(&path)?;
+        // `--only`, the duplicate check and the run directories go by the file's name.
+        anyhow::ensure!(
+            path.file_stem().is_some_and(|s| *s == *sc.name),
+            "{}: its name is {:?}; name a scenario after its file",
+            path.display(),
+            sc.name
+        );
+        scenarios.push((path, kind, sc));
+    }
     let out = args.out.clone().unwrap_or_else(|| {
         g.state_dir
             .join("reports")
@@ -206,15 +219,7 @@ pub async fn check(args: &CheckArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> an
     // < 10^9 with room for every run: document indexes stay within bigint.
     let mut seed = args.seed.unwrap_or((crate::now_s() % 10_000_000) * 100);
     let mut outcomes = Vec::new();
-    for (path, kind) in &files {
-        let sc = scenario::parse_file(path)?;
-        // `--only`, the duplicate check and the run directories go by the file's name.
-        anyhow::ensure!(
-            path.file_stem().is_some_and(|s| *s == *sc.name),
-            "{}: its name is {:?}; name a scenario after its file",
-            path.display(),
-            sc.name
-        );
+    for (path, kind, sc) in &scenarios {
         let total: u64 = sc.phases.iter().map(|p| p.seconds).sum();
         let (time_scale, rate) = match kind {
             Kind::Smoke => (
@@ -225,7 +230,6 @@ pub async fn check(args: &CheckArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> an
         };
         for &mode in &args.modes {
             let run_out = out.join(format!("{}-{}", sc.name, mode.variant()));
-            seed += 1;
             let ga = GamedayArgs {
                 scenario: path.to_string_lossy().into_owned(),
                 mode,
@@ -239,6 +243,7 @@ pub async fn check(args: &CheckArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> an
                 seed,
                 time_scale,
             };
+            seed += 1;
             println!(
                 "\n== {} ({}) in {} mode, x{time_scale:.3}",
                 sc.name,

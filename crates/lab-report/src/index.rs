@@ -21,6 +21,8 @@ pub enum Kind {
     Ablation,
     Map,
     ChainLimit,
+    /// A `run` header this reader cannot read, from a summary its keys do not place either.
+    Unreadable,
 }
 
 impl From<RunKind> for Kind {
@@ -44,6 +46,7 @@ impl Kind {
             Kind::Ablation => "ablation",
             Kind::Map => "metastability map",
             Kind::ChainLimit => "chain limit",
+            Kind::Unreadable => "unreadable run",
         }
     }
 
@@ -80,11 +83,12 @@ pub struct Entry {
     pub page: Option<PathBuf>,
 }
 
-/// A summary's verdicts of `mode`, before the `run` header: a legacy run's are the bug's.
+/// A summary's verdicts of `mode`, before the `run` header: a legacy run's are the bug's, an
+/// ablation's claims the postmortem's (reproduced or not), any other mode's the fix's.
 fn tally(mode: &str, verdicts: &[Verdict]) -> Option<String> {
     Judged {
         of: mode.to_string(),
-        fix: !mode.eq_ignore_ascii_case("legacy"),
+        fix: !mode.eq_ignore_ascii_case("legacy") && mode != "claims",
         verdicts: verdicts.to_vec(),
     }
     .tally()
@@ -139,11 +143,15 @@ fn entry(dir: &Path, rel: &Path) -> Option<Entry> {
                 page,
             });
         }
-        // A run it cannot read is still listed, as its keys say, with why.
+        // A run it cannot read is still listed (as its keys say, or as unreadable), with why.
         Some(Err(e)) => bad.push(format!("{e:#}")),
         None => {}
     }
-    let kind = Kind::of(dir, &summary)?;
+    let kind = match Kind::of(dir, &summary) {
+        Some(k) => k,
+        None if !bad.is_empty() => Kind::Unreadable,
+        None => return None,
+    };
     match kind {
         Kind::GameDay => {
             let mode = summary["mode"].as_str().unwrap_or("?").to_lowercase();
@@ -163,7 +171,7 @@ fn entry(dir: &Path, rel: &Path) -> Option<Entry> {
             "claims",
             &read(&summary["claims"], "claims", &mut bad),
         )),
-        Kind::Repeats | Kind::Map | Kind::ChainLimit => {}
+        Kind::Repeats | Kind::Map | Kind::ChainLimit | Kind::Unreadable => {}
     }
     lines.extend(bad);
     Some(Entry {
@@ -284,8 +292,23 @@ mod tests {
             .judged("resilient", true, &[step])
             .consistency(&[Check::counts_agree("sent", 3.0, 3.0)]);
         crate::run::write(&root.join("gd"), &gd, &serde_json::json!({"mode": "x"})).unwrap();
+        // A header of a newer schema, on a summary whose keys place it nowhere: still listed.
+        std::fs::create_dir_all(root.join("new")).unwrap();
+        let mut newer = serde_json::to_value(Header::new(RunKind::ChainLimit, "x")).unwrap();
+        newer["schema"] = 99.into();
+        std::fs::write(
+            root.join("new/summary.json"),
+            serde_json::to_vec(&serde_json::json!({"run": newer, "steps": []})).unwrap(),
+        )
+        .unwrap();
         let list = entries(&root).unwrap();
-        assert_eq!(list.len(), 2, "{list:?}");
+        assert_eq!(list.len(), 3, "{list:?}");
+        assert_eq!(list[2].kind, Kind::Unreadable);
+        assert!(
+            list[2].verdicts[0].contains("newer"),
+            "{:?}",
+            list[2].verdicts
+        );
         assert_eq!(
             (list[0].kind, list[0].scenario.as_str()),
             (Kind::ChainLimit, "chain-limit")

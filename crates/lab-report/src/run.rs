@@ -30,18 +30,6 @@ pub enum RunKind {
     ChainLimit,
 }
 
-impl RunKind {
-    pub fn words(self) -> &'static str {
-        match self {
-            RunKind::GameDay => "game day",
-            RunKind::Replay => "replay",
-            RunKind::Ablation => "ablation",
-            RunKind::Map => "metastability map",
-            RunKind::ChainLimit => "chain limit",
-        }
-    }
-}
-
 /// Verdicts judged together: one mode's postmortem steps, its `expect:` ranges, an ablation's
 /// claims.
 #[derive(Debug, Clone, Serialize, Deserialize)]

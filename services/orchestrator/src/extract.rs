@@ -33,8 +33,8 @@ pub struct AppState {
     pub dispatch_total: Duration,
     /// `doc.ingested` publishing (None: off).
     pub events: Option<Arc<EventProducer>>,
-    /// Legacy handlers whose caller hung up before the answer, and that ran on to the end
-    /// (`orchestrator_handlers_orphaned_total`).
+    /// Legacy handlers whose caller hung up before the answer, counted at the hang-up; each
+    /// runs on to the end (`orchestrator_handlers_orphaned_total`).
     pub orphaned: IntCounter,
 }
 

@@ -58,9 +58,9 @@ impl Application {
             orphaned: metrics.register(
                 prometheus::IntCounter::new(
                     "orchestrator_handlers_orphaned_total",
-                    "Legacy extract handlers whose caller hung up before the answer and that ran \
-                     on to the end (cache fill, event, answer into a closed connection), as a Go \
-                     handler does",
+                    "Legacy extract handlers whose caller hung up before the answer (counted at \
+                     the hang-up); each runs on to the end (cache fill, event, answer into a \
+                     closed connection), as a Go handler does",
                 )
                 .expect("valid metric"),
             ),
