@@ -55,15 +55,6 @@ impl Application {
             batch_size: settings.entity.batch_size,
             dispatch_total: table.orchestrator.total,
             events: events.clone(),
-            orphaned: metrics.register(
-                prometheus::IntCounter::new(
-                    "orchestrator_handlers_orphaned_total",
-                    "Legacy extract handlers whose caller hung up before the answer (counted at \
-                     the hang-up); each runs on to the end (cache fill, event, answer into a \
-                     closed connection), as a Go handler does",
-                )
-                .expect("valid metric"),
-            ),
         };
         let api = Router::new()
             .route("/internal/extract", post(extract::extract))
