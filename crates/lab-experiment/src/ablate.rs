@@ -23,7 +23,8 @@ use crate::{Globals, Mode};
 
 mod claims;
 use claims::claims;
-use lab_report::html::{esc, head};
+use lab_report::doc::{Block, Cell as DocCell, Doc, Table};
+use lab_report::html::esc;
 use lab_report::verdict::Verdict;
 use lab_seed::ApiKeyRecord;
 
@@ -88,7 +89,7 @@ const CLIENT_CONTROLS: &[Control] = &[
 ];
 
 /// Which group a cell belongs to (its reference for the ranking).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 enum Group {
     /// Legacy and legacy + one control: reference `legacy`.
     Legacy,
@@ -250,7 +251,7 @@ fn matrix() -> Vec<Cell> {
 }
 
 /// One row of the report: a cell's repetitions, summarised.
-#[derive(Serialize)]
+#[derive(Serialize, serde::Deserialize)]
 struct Row {
     id: String,
     label: String,
@@ -267,18 +268,30 @@ struct Row {
     metrics: std::collections::BTreeMap<String, (f64, f64, f64)>,
 }
 
-#[derive(Serialize)]
-struct Summary<'a> {
-    calibration: &'a Calibration,
+/// `summary.json` of an ablation (beside its `run` header): what its report is drawn from
+/// ([`doc`]).
+#[derive(Serialize, serde::Deserialize)]
+pub struct Summary {
+    calibration: Calibration,
     rate: f64,
     stale_seconds: u64,
     rollback_after: Option<u64>,
     repeat: u32,
     quick: bool,
-    rows: &'a [Row],
-    claims: &'a [Verdict],
-    cells: &'a [CellResult],
+    /// Every cell's lab and its warm-up and recovery rule (the report's first paragraph).
+    lab: Shape,
+    rows: Vec<Row>,
+    claims: Vec<Verdict>,
+    cells: Vec<CellResult>,
     seconds: f64,
+}
+
+#[derive(Serialize, serde::Deserialize)]
+struct Shape {
+    orchestrators: u16,
+    entity_services: u16,
+    warmup_seconds: u64,
+    recovery_margin: f64,
 }
 
 /// The metrics of the table, with their units (aggregates over the stale window; see
@@ -466,41 +479,33 @@ pub async fn run(args: &AblateArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> any
     // What the measurement cost: every cell as measured (a resumed run reads most back) and
     // the calibration.
     let seconds = all.iter().map(|r| r.seconds).sum::<f64>() + cal.seconds;
-    let mut md = markdown(
-        &cal,
-        rate,
-        stale_seconds,
-        rollback_after,
-        args,
-        &rows,
-        &claims,
-        seconds,
-    );
-    md.push('\n');
-    md.push_str(&cell::cost_line(&all));
-    md.push('\n');
-    std::fs::write(out.join("ablate.md"), &md)?;
     let header = lab_report::run::Header::new(lab_report::run::RunKind::Ablation, "ablation")
         // The postmortem's claims, reproduced or not (as ablate.md and the page word them).
         .judged("claims", false, &claims);
+    let lab = Shape {
+        orchestrators: args.cells.lab.orchestrators,
+        entity_services: args.cells.lab.entity_services,
+        warmup_seconds: args.cells.warmup_seconds,
+        recovery_margin: args.cells.recovery_margin,
+    };
     lab_report::run::write(
         &out,
         &header,
         &Summary {
-            calibration: &cal,
+            calibration: cal,
             rate,
             stale_seconds,
             rollback_after,
             repeat: args.cells.repeat,
             quick: q,
-            rows: &rows,
-            claims: &claims,
-            cells: &all,
+            lab,
+            rows,
+            claims,
+            cells: all.clone(),
             seconds,
         },
     )?;
-    let html = html(&md_title(rate, &cal), &rows, &claims, &md);
-    std::fs::write(out.join("report.html"), html)?;
+    let md = crate::report::draw(&out)?;
     println!("\n{md}");
     println!(
         "ablation done in {:.1} min: {} ({})",
@@ -570,89 +575,81 @@ fn fmt(v: Option<f64>, digits: usize) -> String {
     v.map_or("—".into(), |v| format!("{v:.digits$}"))
 }
 
-fn md_title(rate: f64, cal: &Calibration) -> String {
-    format!(
+/// The ablation's report, from its summary alone.
+pub fn doc(s: &Summary) -> Doc {
+    let (cal, rate, rows) = (&s.calibration, s.rate, &s.rows[..]);
+    let mut d = Doc::new(format!(
         "Ablation of the fix on the real trigger — {rate:.0} rps ({:.2} × the stale capacity of {:.0} rps)",
         rate / cal.stale_capacity_rps,
         cal.stale_capacity_rps
-    )
-}
-
-#[allow(clippy::too_many_arguments)]
-fn markdown(
-    cal: &Calibration,
-    rate: f64,
-    stale_seconds: u64,
-    rollback_after: Option<u64>,
-    args: &AblateArgs,
-    rows: &[Row],
-    claims: &[Verdict],
-    seconds: f64,
-) -> String {
-    let mut md = format!("# {}\n\n", md_title(rate, cal));
-    let _ = writeln!(
-        md,
-        "Every cell: a fresh lab ({} orchestrators, {} entity-services, memory limit {}), a {} s closed-loop warm-up, then at {rate:.0} rps open loop: steady, the plan flip (`backfill --only invalidate`) held {stale_seconds} s{}, `ANALYZE`, and the recovery window. Figures are over the stale window (plan flip → ANALYZE) unless named otherwise; recovery = the first of 5 seconds in a row with goodput ≥ {:.0}% of offered, counted from the end of ANALYZE. Healthy capacity {:.0} rps, stale {:.0} rps. {} cell(s) × {} repetition(s){}; the matrix took {:.0} min.\n",
-        args.cells.lab.orchestrators,
-        args.cells.lab.entity_services,
+    ));
+    d.para(format!(
+        "Every cell: a fresh lab ({} orchestrators, {} entity-services, memory limit {}), a {} s closed-loop warm-up, then at {rate:.0} rps open loop: steady, the plan flip (`backfill --only invalidate`) held {} s{}, `ANALYZE`, and the recovery window. Figures are over the stale window (plan flip → ANALYZE) unless named otherwise; recovery = the first of 5 seconds in a row with goodput ≥ {:.0}% of offered, counted from the end of ANALYZE. Healthy capacity {:.0} rps, stale {:.0} rps. {} cell(s) × {} repetition(s){}; the matrix took {:.0} min.",
+        s.lab.orchestrators,
+        s.lab.entity_services,
         cal.memory_limit_bytes.map_or("none".into(), |b| format!("{} MiB", b >> 20)),
-        args.cells.warmup_seconds,
-        rollback_after
+        s.lab.warmup_seconds,
+        s.stale_seconds,
+        s.rollback_after
             .map(|r| format!(" with the postmortem's rollback (`rollout restart orchestrator`: cold caches) {r} s into it"))
             .unwrap_or_default(),
-        100.0 * args.cells.recovery_margin,
+        100.0 * s.lab.recovery_margin,
         cal.healthy_capacity_rps,
         cal.stale_capacity_rps,
         rows.len(),
-        args.cells.repeat,
-        if args.cells.repeat > 1 { " (mean, and min–max in brackets)" } else { " (one each: no spread measured)" },
-        seconds / 60.0
-    );
-
-    rankings_markdown(&mut md, rows);
-
-    md.push_str("\n## The postmortem's claims\n\n");
-    for c in claims {
-        let _ = writeln!(
-            md,
-            "- > {}\n\n  **{}** — {} — {}\n",
-            c.postmortem.as_deref().unwrap_or(""),
-            c.outcome.words(false),
-            c.checks_markdown(),
-            c.evidence
-        );
+        s.repeat,
+        if s.repeat > 1 { " (mean, and min–max in brackets)" } else { " (one each: no spread measured)" },
+        s.seconds / 60.0
+    ));
+    d.h2("Goodput while the plan is stale, per cell")
+        .why("Bars: goodput as a share of the offered load (red: legacy and legacy + one control; orange: base + one control; green: the full fix and all but one; blue: your policies). The thin dark bar under each is the 5xx share.")
+        .push(Block::Figures(vec![("bars".into(), bars_svg(rows))]));
+    rankings_doc(&mut d, rows);
+    // The postmortem's claim reproduced or not: a claim, not a mode's fix.
+    let mut t = Table::new(&["claim", "verdict", "checks", "evidence"]);
+    for c in &s.claims {
+        t.row(vec![
+            c.postmortem.as_deref().unwrap_or("").into(),
+            DocCell::outcome(c, false),
+            DocCell::checks(c),
+            c.evidence.as_str().into(),
+        ]);
     }
-
-    cells_markdown(&mut md, rows);
-    md.push_str("\nWhat the cells cannot separate: the retryable classes and the per-attempt budget are the fixed client's code, not flags — they are in `base`; one retry layer is tested on legacy (`legacy+one_retry_layer`), since the fixed gateway always makes one attempt.\n");
-    md
+    d.h2("The postmortem's claims").table(t);
+    cells_doc(&mut d, rows);
+    d.para("What the cells cannot separate: the retryable classes and the per-attempt budget are the fixed client's code, not flags — they are in `base`; one retry layer is tested on legacy (`legacy+one_retry_layer`), since the fixed gateway always makes one attempt.");
+    let cost = cell::cost_line(&s.cells);
+    if !cost.is_empty() {
+        d.para(cost.trim_end());
+    }
+    d
 }
 
 /// The rankings: each control alone, each removed from the fix, the fix's variants, and the
 /// teams' policies against the lab's fix.
-fn rankings_markdown(md: &mut String, rows: &[Row]) {
-    md.push_str("## Which single control buys the most goodput\n");
+fn rankings_doc(d: &mut Doc, rows: &[Row]) {
+    d.h2("Which single control buys the most goodput");
     let with_delta = |f: &dyn Fn(&Row) -> bool| -> Vec<&Row> {
         rows.iter()
             .filter(|r| r.delta_goodput_pp.is_some() && f(r))
             .collect()
     };
     ranking_table(
-        md,
+        d,
         "Each control alone",
         "Goodput gained over the cell's reference: legacy for the controls outside the client, base (the fixed client with every `resilience.*` off) for the client's own.",
         with_delta(&|r| matches!(r.group, Group::Legacy | Group::Base)),
         1.0,
     );
     ranking_table(
-        md,
+        d,
         "Each control removed from the full fix",
         "Goodput lost when only this control is taken out of `all` (the most negative: the control the fix leans on most).",
         with_delta(&|r| r.group == Group::All && r.id.starts_with("all-")),
         -1.0,
     );
     ranking_table(
-        md,
+        d,
         "Variants of the full fix",
         "The adaptive limits in place of the static one, against `all`.",
         with_delta(&|r| r.group == Group::All && r.id.starts_with("all+")),
@@ -661,33 +658,39 @@ fn rankings_markdown(md: &mut String, rows: &[Row]) {
 
     let policies: Vec<&Row> = rows.iter().filter(|r| r.group == Group::Policy).collect();
     if !policies.is_empty() {
-        md.push_str("\n## Your policies against the lab's fix\n\n| policy | goodput % while stale | Δ vs the lab's fix (pp) | 5xx % | recovery after ANALYZE |\n|---|---:|---:|---:|---:|\n");
+        let mut t = Table::new(&[
+            "policy",
+            ">goodput % while stale",
+            ">Δ vs the lab's fix (pp)",
+            ">5xx %",
+            ">recovery after ANALYZE",
+        ]);
         if let Some(all) = rows.iter().find(|r| r.id == "all") {
-            let _ = writeln!(
-                md,
-                "| the lab's fix (`all`) | {} | — | {} | {} |",
-                fmt(all.goodput_pct, 1),
-                fmt(all.error_5xx_pct, 1),
-                recovery_text(all)
-            );
+            t.row(vec![
+                "the lab's fix (`all`)".into(),
+                fmt(all.goodput_pct, 1).into(),
+                "—".into(),
+                fmt(all.error_5xx_pct, 1).into(),
+                recovery_text(all).into(),
+            ]);
         }
         for r in policies {
-            let _ = writeln!(
-                md,
-                "| {} | {} | {} | {} | {} |",
-                r.label,
-                fmt(r.goodput_pct, 1),
+            t.row(vec![
+                r.label.as_str().into(),
+                fmt(r.goodput_pct, 1).into(),
                 r.delta_goodput_pp
-                    .map_or("—".into(), |d| format!("{d:+.1}")),
-                fmt(r.error_5xx_pct, 1),
-                recovery_text(r)
-            );
+                    .map_or("—".into(), |d| format!("{d:+.1}"))
+                    .into(),
+                fmt(r.error_5xx_pct, 1).into(),
+                recovery_text(r).into(),
+            ]);
         }
+        d.h2("Your policies against the lab's fix").table(t);
     }
 }
 
 /// One ranking table: `list` by its goodput gain (`sign` -1: by its loss).
-fn ranking_table(md: &mut String, title: &str, what: &str, mut list: Vec<&Row>, sign: f64) {
+fn ranking_table(d: &mut Doc, title: &str, what: &str, mut list: Vec<&Row>, sign: f64) {
     if list.is_empty() {
         return;
     }
@@ -695,42 +698,42 @@ fn ranking_table(md: &mut String, title: &str, what: &str, mut list: Vec<&Row>, 
         let k = |r: &Row| sign * r.delta_goodput_pp.unwrap_or(0.0);
         k(b).total_cmp(&k(a))
     });
-    let _ = write!(
-        md,
-        "\n### {title}\n\n{what}\n\n| rank | cell | goodput % while stale | Δ vs reference (pp) | 5xx % | recovery after ANALYZE |\n|---:|---|---:|---:|---:|---:|\n"
-    );
+    let mut t = Table::new(&[
+        ">rank",
+        "cell",
+        ">goodput % while stale",
+        ">Δ vs reference (pp)",
+        ">5xx %",
+        ">recovery after ANALYZE",
+    ]);
     for (i, r) in list.iter().enumerate() {
-        let _ = writeln!(
-            md,
-            "| {} | {} | {} | {:+.1} | {} | {} |",
-            i + 1,
-            r.label,
-            fmt(r.goodput_pct, 1),
-            r.delta_goodput_pp.unwrap_or(f64::NAN),
-            fmt(r.error_5xx_pct, 1),
-            recovery_text(r)
-        );
+        t.row(vec![
+            (i + 1).to_string().into(),
+            r.label.as_str().into(),
+            fmt(r.goodput_pct, 1).into(),
+            format!("{:+.1}", r.delta_goodput_pp.unwrap_or(f64::NAN)).into(),
+            fmt(r.error_5xx_pct, 1).into(),
+            recovery_text(r).into(),
+        ]);
     }
+    d.h3(title).para(what).table(t);
 }
 
 /// Every cell's figures (mean, with the spread over repetitions).
-fn cells_markdown(md: &mut String, rows: &[Row]) {
-    md.push_str("## Every cell\n\n| cell | ");
-    md.push_str(&COLUMNS.iter().map(|c| c.1).collect::<Vec<_>>().join(" | "));
-    md.push_str(" | recovery after ANALYZE |\n|---|");
-    md.push_str(&"---:|".repeat(COLUMNS.len() + 1));
-    md.push('\n');
+fn cells_doc(d: &mut Doc, rows: &[Row]) {
+    let mut head = vec!["cell".to_string()];
+    head.extend(COLUMNS.iter().map(|c| format!(">{}", c.1)));
+    head.push(">recovery after ANALYZE".into());
+    let mut t = Table::new(&head);
     for r in rows {
-        let _ = write!(md, "| {} `{}` |", r.label, r.id);
-        for (k, _, d) in COLUMNS {
-            let _ = write!(
-                md,
-                " {} |",
-                cell::fmt_spread(r.metrics.get(*k).copied(), r.repeats, *d)
-            );
+        let mut row = vec![DocCell::text(format!("{} `{}`", r.label, r.id))];
+        for (k, _, digits) in COLUMNS {
+            row.push(cell::fmt_spread(r.metrics.get(*k).copied(), r.repeats, *digits).into());
         }
-        let _ = writeln!(md, " {} |", recovery_text(r));
+        row.push(recovery_text(r).into());
+        t.row(row);
     }
+    d.h2("Every cell").table(t);
 }
 
 fn recovery_text(r: &Row) -> String {
@@ -789,53 +792,6 @@ fn bars_svg(rows: &[Row]) -> String {
     }
     s.push_str("</svg>");
     s
-}
-
-fn html(title: &str, rows: &[Row], claims: &[Verdict], md: &str) -> String {
-    let mut h = String::new();
-    head(&mut h, title);
-    h.push_str("<h2>Goodput while the plan is stale, per cell</h2><p class='why'>Bars: goodput as a share of the offered load (red: legacy and legacy + one control; orange: base + one control; green: the full fix and all but one; blue: your policies). The thin dark bar under each is the 5xx share.</p>");
-    h.push_str(&bars_svg(rows));
-    h.push_str("<h2>The postmortem's claims</h2><table><tr><th>claim</th><th>verdict</th><th>checks</th><th>evidence</th></tr>");
-    for c in claims {
-        // The postmortem's claim reproduced or not: a claim, not a mode's fix.
-        let _ = write!(
-            h,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            esc(c.postmortem.as_deref().unwrap_or("")),
-            lab_report::html::outcome_html(c, false),
-            lab_report::html::checks_html(c),
-            esc(&c.evidence)
-        );
-    }
-    h.push_str("</table>");
-    h.push_str("<h2>Every cell</h2><table><tr><th>cell</th>");
-    for (_, label, _) in COLUMNS {
-        let _ = write!(h, "<th>{}</th>", esc(label));
-    }
-    h.push_str("<th>recovery after ANALYZE</th></tr>");
-    for r in rows {
-        let _ = write!(
-            h,
-            "<tr><td>{} <code>{}</code></td>",
-            esc(&r.label),
-            esc(&r.id)
-        );
-        for (k, _, d) in COLUMNS {
-            let _ = write!(
-                h,
-                "<td>{}</td>",
-                cell::fmt_spread(r.metrics.get(*k).copied(), r.repeats, *d)
-            );
-        }
-        let _ = write!(h, "<td>{}</td></tr>", esc(&recovery_text(r)));
-    }
-    h.push_str(
-        "</table><h2>The report as Markdown</h2><pre style='white-space:pre-wrap;font-size:11px'>",
-    );
-    h.push_str(&esc(md));
-    h.push_str("</pre></body></html>\n");
-    h
 }
 
 #[cfg(test)]
@@ -983,5 +939,74 @@ mod tests {
         let one = jitter(&[("base", 1000.0), ("base+jitter", 990.0)]);
         assert_eq!((one.checks.len(), one.outcome), (1, NotReproduced));
         assert_eq!(jitter(&[("base", 1000.0)]).outcome, NotMeasured);
+    }
+
+    #[test]
+    fn the_report_is_drawn_from_the_summary_as_written_bars_claims_and_every_cell() {
+        let replay: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(
+                std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("../../docs/reports/data/replay-incident-summary.json"),
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        let mut rows = vec![
+            row("legacy", Group::Legacy, 20.0, 9000.0, 30.0),
+            row("base", Group::Base, 30.0, 8000.0, 20.0),
+            row("base+retry_budget", Group::Base, 80.0, 5000.0, 0.0),
+            row("all", Group::All, 85.0, 4000.0, 0.0),
+        ];
+        rows[2].delta_goodput_pp = Some(50.0);
+        let claims = claims(&rows);
+        let written = Summary {
+            calibration: serde_json::from_value(replay["calibration"].clone()).unwrap(),
+            rate: 150.0,
+            stale_seconds: 60,
+            rollback_after: Some(20),
+            repeat: 1,
+            quick: true,
+            lab: Shape {
+                orchestrators: 2,
+                entity_services: 2,
+                warmup_seconds: 30,
+                recovery_margin: 0.9,
+            },
+            rows,
+            claims,
+            cells: Vec::new(),
+            seconds: 600.0,
+        };
+        let json = serde_json::to_vec(&written).unwrap();
+        let read: Summary = serde_json::from_slice(&json).unwrap();
+        let d = doc(&read);
+        let (md, html) = (d.markdown(), d.html());
+        assert_eq!(
+            md,
+            doc(&written).markdown(),
+            "what was written is what is drawn"
+        );
+        assert!(
+            md.contains("| 1 | base+retry_budget | 80.0 | +50.0 |"),
+            "{md}"
+        );
+        assert!(md.contains("| legacy `legacy` |"), "{md}");
+        assert!(md.contains("## The postmortem's claims"), "{md}");
+        assert!(
+            html.contains("<div id='bars'><svg"),
+            "the bars, on the page only"
+        );
+        assert!(!md.contains("<svg"));
+        // A claim's verdict in the claim's words, coloured on the page.
+        let first = &read.claims[0];
+        assert!(html.contains(&format!(
+            "<span class={}>{}</span>",
+            match first.outcome {
+                lab_report::verdict::Outcome::Reproduced => "ok",
+                lab_report::verdict::Outcome::NotReproduced => "no",
+                lab_report::verdict::Outcome::NotMeasured => "na",
+            },
+            first.words(false)
+        )));
     }
 }

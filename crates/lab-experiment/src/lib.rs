@@ -37,6 +37,7 @@ pub mod repeats;
 pub mod replay;
 #[cfg(test)]
 mod replay_test;
+pub mod report;
 mod rows;
 pub mod scenario;
 pub mod scrape;
@@ -57,8 +58,9 @@ use serde::Serialize;
 
 use lab_load::TenantMix;
 use lab_native::supervise;
+use lab_report::doc::{Cell, Doc, Table};
+use lab_report::summary;
 use lab_report::verdict::{Check, Outcome, Verdict};
-use lab_report::{html, summary as report};
 use lab_seed::ApiKeyRecord;
 use scrape::Target;
 pub use targets::parse_targets;
@@ -162,6 +164,39 @@ struct Report<'a> {
     actions: &'a [engine::ActionRun],
     load: &'a lab_load::LoadReport,
     restarts_during_run: u32,
+    /// The run's base rate (rps) and tenant mix (the report's title).
+    base_rate: f64,
+    tenant_mix: TenantMix,
+}
+
+/// A game day's `summary.json` read back: what its report shows ([`gameday_doc`]).
+#[derive(serde::Deserialize)]
+pub struct GameDaySummary {
+    scenario: scenario::Scenario,
+    mode: Mode,
+    #[serde(default)]
+    extra_flags: Vec<String>,
+    /// Not in summaries written before the report was drawn from the summary.
+    #[serde(default)]
+    base_rate: Option<f64>,
+    #[serde(default)]
+    tenant_mix: Option<TenantMix>,
+    phases: Vec<engine::PhaseReport>,
+    #[serde(default)]
+    steps: Vec<Verdict>,
+    #[serde(default)]
+    expectations: Vec<Verdict>,
+    #[serde(default)]
+    consistency: Vec<Check>,
+    load: LoadCounts,
+    #[serde(default)]
+    restarts_during_run: u32,
+}
+
+#[derive(serde::Deserialize)]
+struct LoadCounts {
+    sent: u64,
+    by_status: std::collections::BTreeMap<String, u64>,
 }
 
 /// Seconds since the Unix epoch (run directories' names).
@@ -262,7 +297,7 @@ pub async fn run(
 
     let restarts = restarts_after - restarts_before;
     let verdicts = [&steps[..], &expectations[..]];
-    let ctx = (&sc, args, &extra[..], base_rate, tenants);
+    let ctx = (&sc, args, base_rate, tenants);
     write_report(ctx, &outcome, restarts, verdicts, &out)?;
     fail_on_inconsistency(&outcome.consistency, &out)?;
     if args.strict {
@@ -295,32 +330,15 @@ pub async fn run(
     })
 }
 
-/// The game day's summary.md (printed too), summary.json and report.html in `out`.
+/// The game day's summary.json, then its summary.md (printed too) and report.html drawn from it.
 fn write_report(
-    (sc, args, extra, base_rate, tenants): (
-        &scenario::Scenario,
-        &GamedayArgs,
-        &[(String, String)],
-        f64,
-        TenantMix,
-    ),
+    (sc, args, base_rate, tenants): (&scenario::Scenario, &GamedayArgs, f64, TenantMix),
     outcome: &engine::Outcome,
     restarts: u32,
     [steps, expectations]: [&[Verdict]; 2],
     out: &Path,
 ) -> anyhow::Result<()> {
-    let md = markdown(
-        sc,
-        args,
-        extra,
-        base_rate,
-        tenants,
-        outcome,
-        restarts,
-        [steps, expectations],
-    );
-    println!("\n{md}");
-    let report = Report {
+    let body = Report {
         scenario: sc,
         mode: args.mode,
         extra_flags: &args.flags,
@@ -332,6 +350,8 @@ fn write_report(
         actions: &outcome.actions,
         load: &outcome.load,
         restarts_during_run: restarts,
+        base_rate,
+        tenant_mix: tenants,
     };
     let mode = args.mode.variant();
     let header = lab_report::run::Header::new(lab_report::run::RunKind::GameDay, &sc.name)
@@ -342,10 +362,14 @@ fn write_report(
             expectations,
         )
         .consistency(&outcome.consistency);
-    lab_report::run::write(out, &header, &report)?;
-    std::fs::write(out.join("summary.md"), &md)?;
-    let html = html::render(out)?;
-    println!("report written to {} ({})", out.display(), html.display());
+    lab_report::run::write(out, &header, &body)?;
+    let md = report::draw(out)?;
+    println!("\n{md}");
+    println!(
+        "report written to {} ({})",
+        out.display(),
+        out.join("report.html").display()
+    );
     Ok(())
 }
 
@@ -376,69 +400,83 @@ fn extra_flags(flags: &[String]) -> anyhow::Result<Vec<(String, String)>> {
     Ok(extra)
 }
 
-/// The game day's summary.md: the phases' table, the 5xx by origin, the load, the expectations.
-#[allow(clippy::too_many_arguments)] // one report, written from what run() has at hand
-fn markdown(
-    sc: &scenario::Scenario,
-    args: &GamedayArgs,
-    extra: &[(String, String)],
-    base_rate: f64,
-    tenants: TenantMix,
-    outcome: &engine::Outcome,
-    restarts: u32,
-    [steps, expectations]: [&[Verdict]; 2],
-) -> String {
-    let phases = &outcome.phases;
+/// The game day's report: the phases' table, the 5xx by origin, the load, its verdicts.
+pub fn gameday_doc(s: &GameDaySummary) -> Doc {
     let title = format!(
-        "{} — {} mode{} ({:.0} rps base, {} tenant mix)",
-        sc.name,
-        args.mode.variant(),
-        if extra.is_empty() {
+        "{} — {} mode{}{}",
+        s.scenario.name,
+        s.mode.variant(),
+        if s.extra_flags.is_empty() {
             String::new()
         } else {
-            format!(", flags {}", args.flags.join(" "))
+            format!(", flags {}", s.extra_flags.join(" "))
         },
-        base_rate,
-        match tenants {
-            TenantMix::Uniform => "uniform",
-            TenantMix::Size => "size",
+        match (s.base_rate, s.tenant_mix) {
+            (Some(rate), Some(mix)) => format!(
+                " ({rate:.0} rps base, {} tenant mix)",
+                match mix {
+                    TenantMix::Uniform => "uniform",
+                    TenantMix::Size => "size",
+                }
+            ),
+            _ => String::new(),
         }
     );
-    let phase_names: Vec<(String, u64)> =
-        phases.iter().map(|p| (p.name.clone(), p.seconds)).collect();
-    let summaries: Vec<report::PhaseSummary> = phases.iter().map(|p| p.summary.clone()).collect();
-    let mut md = report::markdown(&title, &phase_names, &summaries);
-    let per_phase_origins: Vec<_> = phases
+    let mut d = Doc::new(title.clone());
+    d.para(s.scenario.summary.trim_end());
+    let phase_names: Vec<(String, u64)> = s
+        .phases
+        .iter()
+        .map(|p| (p.name.clone(), p.seconds))
+        .collect();
+    let summaries: Vec<summary::PhaseSummary> =
+        s.phases.iter().map(|p| p.summary.clone()).collect();
+    summary::phases_doc(&mut d, "Every phase", &phase_names, &summaries);
+    let per_phase_origins: Vec<_> = s
+        .phases
         .iter()
         .map(|p| p.errors_5xx_by_origin.clone())
         .collect();
-    md.push_str(&report::origins_markdown(
-        &phase_names,
-        &per_phase_origins,
-        &outcome.consistency,
+    summary::origins_doc(&mut d, &phase_names, &per_phase_origins, &s.consistency);
+    d.para(format!(
+        "Load: {} sent, by status {:?}. Replica restarts during the run: {}.",
+        s.load.sent, s.load.by_status, s.restarts_during_run
     ));
-    md.push_str(&format!(
-        "\nLoad: {} sent, by status {:?}. Replica restarts during the run: {}.\n",
-        outcome.load.sent, outcome.load.by_status, restarts
-    ));
-    let fix = args.mode.is_fix();
+    let fix = s.mode.is_fix();
+    let postmortem = s.scenario.phases.iter().any(|p| p.postmortem.is_some());
     for (title, verdicts) in [
-        ("Verdicts, phase by phase", steps),
-        ("Expectations for this mode", expectations),
+        (
+            if postmortem {
+                "The postmortem's timeline, step by step"
+            } else {
+                "The scenario's verdicts, phase by phase"
+            },
+            &s.steps,
+        ),
+        ("The scenario's expectations for this mode", &s.expectations),
     ] {
         if verdicts.is_empty() {
             continue;
         }
-        md.push_str(&format!("\n{title}:\n\n"));
+        let mut t = Table::new(&["time", "phase", "the postmortem", "measured", "verdict"]);
         for v in verdicts {
-            md.push_str(&format!("- {}: **{}**", v.phase, v.words(fix)));
-            for c in &v.checks {
-                md.push_str(&format!("; {}", c.markdown()));
-            }
-            md.push('\n');
+            let pm = s
+                .scenario
+                .phases
+                .iter()
+                .find(|p| p.name == v.phase)
+                .and_then(|p| p.postmortem.as_ref());
+            t.row(vec![
+                pm.map_or("", |p| p.time.as_str()).into(),
+                v.phase.as_str().into(),
+                pm.map_or("", |p| p.observation.as_str()).into(),
+                Cell::checks(v),
+                Cell::outcome(v, fix),
+            ]);
         }
+        d.h2(title).table(t);
     }
-    md
+    d
 }
 
 /// A run whose own counts do not add up fails, loudly, after writing its report.

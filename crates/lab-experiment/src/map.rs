@@ -17,7 +17,8 @@ use serde::Serialize;
 use crate::cell::{self, CellArgs, CellResult, CellSpec, Variant};
 use crate::replay::{Calibration, Modes};
 use crate::{Globals, Mode};
-use lab_report::html::{esc, head};
+use lab_report::doc::{Block, Cell, Doc, Table};
+use lab_report::html::esc;
 use lab_seed::ApiKeyRecord;
 
 #[derive(Debug, Clone, clap::Args)]
@@ -40,7 +41,7 @@ pub struct MapArgs {
     pub rollback_after: Option<u64>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, serde::Deserialize)]
 struct MapCell {
     mode: Mode,
     load: f64,
@@ -59,15 +60,20 @@ struct MapCell {
     healthy_before: bool,
 }
 
-#[derive(Serialize)]
-struct Summary<'a> {
-    calibration: &'a Calibration,
-    loads: &'a [f64],
-    trigger_seconds: &'a [u64],
+/// `summary.json` of a map (beside its `run` header): what its report is drawn from ([`doc`]).
+#[derive(Serialize, serde::Deserialize)]
+pub struct Summary {
+    calibration: Calibration,
+    loads: Vec<f64>,
+    trigger_seconds: Vec<u64>,
+    modes: Vec<Mode>,
     recovery_window_seconds: u64,
     recovery_margin: f64,
-    map: &'a [MapCell],
-    cells: &'a [CellResult],
+    warmup_seconds: u64,
+    repeat: u32,
+    rollback_after: Option<u64>,
+    map: Vec<MapCell>,
+    cells: Vec<CellResult>,
     seconds: f64,
 }
 
@@ -105,32 +111,25 @@ pub async fn run(args: &MapArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> anyhow
     // What the measurement cost: every cell as measured (a resumed run reads most back) and
     // the calibration.
     let seconds = all.iter().map(|r| r.seconds).sum::<f64>() + cal.seconds;
-    let mut md = markdown(
-        &cal, &loads, &triggers, &modes, &map, args, recovery, seconds,
-    );
-    md.push('\n');
-    md.push_str(&cell::cost_line(&all));
-    md.push('\n');
-    std::fs::write(out.join("map.md"), &md)?;
     lab_report::run::write(
         &out,
         &lab_report::run::Header::new(lab_report::run::RunKind::Map, "metastability map"),
         &Summary {
-            calibration: &cal,
-            loads: &loads,
-            trigger_seconds: &triggers,
+            calibration: cal,
+            loads,
+            trigger_seconds: triggers,
+            modes,
             recovery_window_seconds: recovery,
             recovery_margin: args.cells.recovery_margin,
-            map: &map,
-            cells: &all,
+            warmup_seconds: args.cells.warmup_seconds,
+            repeat: args.cells.repeat,
+            rollback_after: args.rollback_after,
+            map,
+            cells: all.clone(),
             seconds,
         },
     )?;
-    let grid = (&loads[..], &triggers[..], &modes[..]);
-    std::fs::write(
-        out.join("report.html"),
-        page(&cal, grid, &map, recovery, &md),
-    )?;
+    let md = crate::report::draw(&out)?;
     println!("\n{md}");
     println!(
         "map done in {:.1} min: {} ({})",
@@ -257,44 +256,6 @@ fn squares(
         .collect()
 }
 
-/// `report.html`: a heat map per mode, then the Markdown report.
-fn page(
-    cal: &Calibration,
-    (loads, triggers, modes): (&[f64], &[u64], &[Mode]),
-    map: &[MapCell],
-    recovery: u64,
-    md: &str,
-) -> String {
-    let mut h = String::new();
-    head(&mut h, "Metastability map — the stale plan × offered load");
-    let _ = write!(
-        h,
-        "<p class='why'>Each square: a fresh lab at that load (share of the healthy capacity, {:.0} rps; the stale plan's is {:.0} rps), the plan stale for that long, then ANALYZE. Green: recovered within {recovery} s (the number: seconds after ANALYZE), fading to amber as it takes longer; red: stayed failed; brown: not healthy even before the trigger. Small print: goodput while stale.</p><div class='grid' style='grid-template-columns:1fr 1fr'>",
-        cal.healthy_capacity_rps, cal.stale_capacity_rps
-    );
-    for m in modes {
-        let _ = write!(
-            h,
-            "<div><h2>{} mode</h2>{}</div>",
-            m.variant(),
-            heat_svg(
-                map,
-                *m,
-                loads,
-                triggers,
-                recovery,
-                cal.healthy_capacity_rps / cal.stale_capacity_rps
-            )
-        );
-    }
-    h.push_str(
-        "</div><h2>The report as Markdown</h2><pre style='white-space:pre-wrap;font-size:11px'>",
-    );
-    h.push_str(&esc(md));
-    h.push_str("</pre></body></html>\n");
-    h
-}
-
 fn find(map: &[MapCell], mode: Mode, load: f64, trigger: u64) -> Option<&MapCell> {
     map.iter()
         .find(|c| c.mode == mode && c.trigger_seconds == trigger && (c.load - load).abs() < 1e-6)
@@ -315,61 +276,70 @@ fn verdict(c: &MapCell) -> String {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn markdown(
-    cal: &Calibration,
-    loads: &[f64],
-    triggers: &[u64],
-    modes: &[Mode],
-    map: &[MapCell],
-    args: &MapArgs,
-    recovery: u64,
-    seconds: f64,
-) -> String {
-    let mut md = String::from("# Metastability map — the stale plan × offered load\n\n");
-    let _ = writeln!(
-        md,
-        "Rows: how long the plan stayed stale before ANALYZE (the trigger's size). Columns: the offered load as a share of the healthy lab's measured capacity ({:.0} rps; the stale plan's is {:.0} rps, {:.2} of it). A cell not serving its load before the trigger is marked so: it says nothing about metastability. A cell recovered when goodput held ≥ {:.0}% of the offered load for 5 s in a row within {recovery} s after ANALYZE; otherwise it stayed failed — its trigger gone, the system not back. Every cell a fresh lab, a {} s closed-loop warm-up, {} repetition(s){}; the map took {:.0} min.\n",
+/// The map's report, from its summary alone: a heat map and a table per mode.
+pub fn doc(s: &Summary) -> Doc {
+    let (cal, loads, triggers, map) = (&s.calibration, &s.loads, &s.trigger_seconds, &s.map);
+    let recovery = s.recovery_window_seconds;
+    let mut d = Doc::new("Metastability map — the stale plan × offered load");
+    d.para(format!(
+        "Rows: how long the plan stayed stale before ANALYZE (the trigger's size). Columns: the offered load as a share of the healthy lab's measured capacity ({:.0} rps; the stale plan's is {:.0} rps, {:.2} of it). A cell not serving its load before the trigger is marked so: it says nothing about metastability. A cell recovered when goodput held ≥ {:.0}% of the offered load for 5 s in a row within {recovery} s after ANALYZE; otherwise it stayed failed — its trigger gone, the system not back. Every cell a fresh lab, a {} s closed-loop warm-up, {} repetition(s){}; the map took {:.0} min.",
         cal.healthy_capacity_rps,
         cal.stale_capacity_rps,
         cal.stale_capacity_rps / cal.healthy_capacity_rps,
-        100.0 * args.cells.recovery_margin,
-        args.cells.warmup_seconds,
-        args.cells.repeat,
-        args.rollback_after
+        100.0 * s.recovery_margin,
+        s.warmup_seconds,
+        s.repeat,
+        s.rollback_after
             .map(|r| format!(", the rollback {r} s into every trigger"))
             .unwrap_or_default(),
-        seconds / 60.0
-    );
-    for m in modes {
-        let _ = writeln!(md, "## {} mode\n", m.variant());
-        md.push_str("| stale for \\ load |");
-        for l in loads {
-            let _ = write!(
-                md,
-                " {l:.2}× healthy ({:.0} rps) |",
-                l * cal.healthy_capacity_rps
-            );
-        }
-        md.push_str("\n|---|");
-        md.push_str(&"---|".repeat(loads.len()));
-        md.push('\n');
-        for t in triggers {
-            let _ = write!(md, "| {t} s |");
+        s.seconds / 60.0
+    ));
+    d.why(format!(
+        "The heat maps: green, recovered within {recovery} s (the number: seconds after ANALYZE), fading to amber as it takes longer; red: stayed failed; brown: not healthy even before the trigger. Small print: goodput while stale."
+    ));
+    d.push(Block::Figures(
+        s.modes
+            .iter()
+            .map(|m| {
+                (
+                    format!("map-{}", m.variant()),
+                    heat_svg(
+                        map,
+                        *m,
+                        loads,
+                        triggers,
+                        recovery,
+                        cal.healthy_capacity_rps / cal.stale_capacity_rps,
+                    ),
+                )
+            })
+            .collect(),
+    ));
+    for m in &s.modes {
+        let mut head = vec!["stale for \\ load".to_string()];
+        head.extend(
+            loads
+                .iter()
+                .map(|l| format!("{l:.2}× healthy ({:.0} rps)", l * cal.healthy_capacity_rps)),
+        );
+        let mut t = Table::new(&head);
+        for tr in triggers {
+            let mut row = vec![Cell::text(format!("{tr} s"))];
             for l in loads {
-                let text = find(map, *m, *l, *t).map_or("—".into(), |c| {
-                    format!(
-                        "{}<br>goodput while stale {}%, after {}%",
+                row.push(find(map, *m, *l, *tr).map_or(Cell::text("—"), |c| {
+                    Cell::lines(vec![
                         verdict(c),
-                        c.goodput_pct_stale
-                            .map_or("—".into(), |v| format!("{v:.0}")),
-                        c.after_goodput_pct
-                            .map_or("—".into(), |v| format!("{v:.0}"))
-                    )
-                });
-                let _ = write!(md, " {text} |");
+                        format!(
+                            "goodput while stale {}%, after {}%",
+                            c.goodput_pct_stale
+                                .map_or("—".into(), |v| format!("{v:.0}")),
+                            c.after_goodput_pct
+                                .map_or("—".into(), |v| format!("{v:.0}"))
+                        ),
+                    ])
+                }));
             }
-            md.push('\n');
+            t.row(row);
         }
         let failed = map
             .iter()
@@ -379,12 +349,15 @@ fn markdown(
             .iter()
             .filter(|c| c.mode == *m && c.healthy_before)
             .count();
-        let _ = writeln!(
-            md,
-            "\n{failed} of {n} cells healthy before their trigger stayed failed after it ended.\n"
-        );
+        d.h2(format!("{} mode", m.variant())).table(t).para(format!(
+            "{failed} of {n} cells healthy before their trigger stayed failed after it ended."
+        ));
     }
-    md
+    let cost = cell::cost_line(&s.cells);
+    if !cost.is_empty() {
+        d.para(cost.trim_end());
+    }
+    d
 }
 
 /// One mode's map: rows = trigger sizes (longest on top), columns = loads.

@@ -22,8 +22,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::repeats::Repeats;
-use crate::replay::{self, Calibration, ModeReport};
-use crate::scenario::Scenario;
+use crate::replay;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -56,15 +55,6 @@ struct Entry {
     commentary: Option<String>,
 }
 
-/// A replay's `summary.json`, read back.
-#[derive(Deserialize)]
-struct ReplaySummary {
-    scenario: Scenario,
-    calibration: Calibration,
-    time_scale: f64,
-    modes: Vec<ModeReport>,
-}
-
 /// The first line where `got` (regenerated) and `want` (committed) differ, or `None`.
 fn first_difference(want: &str, got: &str) -> Option<String> {
     if want == got {
@@ -94,14 +84,9 @@ fn regenerate(root: &Path, reports: &Path, e: &Entry) -> Result<String, String> 
     };
     match e.regenerate.ok_or("no `regenerate`")? {
         Kind::Replay => {
-            let s: ReplaySummary = serde_json::from_slice(&read_data()?)
+            let s: replay::Summary = serde_json::from_slice(&read_data()?)
                 .map_err(|err| format!("reading data: {err}"))?;
-            Ok(replay::markdown(
-                &s.scenario,
-                &s.calibration,
-                s.time_scale,
-                &s.modes,
-            ))
+            Ok(replay::doc(&s).markdown())
         }
         Kind::Repeats => {
             let r: Repeats = serde_json::from_slice(&read_data()?)

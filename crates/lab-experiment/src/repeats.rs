@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use crate::replay::{Calibration, ReplayArgs, Replayed};
 use crate::scenario::Scenario;
 use crate::Mode;
+use lab_report::doc::{Cell, Doc, Table, Tone};
 use lab_report::verdict::{Check, Outcome, Verdict};
 
 /// The replay's rate may move this much between calibrations ((max − min) / mean): more, and a
@@ -178,89 +179,122 @@ impl Repeats {
     }
 
     pub fn markdown(&self) -> String {
+        self.doc().markdown()
+    }
+
+    /// The repeat's report, from `repeats.json` alone.
+    pub fn doc(&self) -> Doc {
         let sc = &self.scenario;
         let n = self.repeat;
-        let mut md = if self.steps.is_empty() {
-            format!(
-                "# Calibration ×{n}: {} — how far the operating point moves\n\n`labctl replay \
-                 --calibrate-only --repeat {n}`: {n} calibrations, each on a fresh lab (a \
-                 closed-loop warm-up whose last seconds give the healthy capacity, the plan flip, a \
-                 closed-loop probe of the stale capacity, ANALYZE), and how far the replay's rate \
-                 (0.9 × the stale capacity) moved between them.\n",
+        let mut d = if self.steps.is_empty() {
+            let mut d = Doc::new(format!(
+                "Calibration ×{n}: {} — how far the operating point moves",
                 sc.name
-            )
+            ));
+            d.para(format!(
+                "`labctl replay --calibrate-only --repeat {n}`: {n} calibrations, each on a fresh \
+                 lab (a closed-loop warm-up whose last seconds give the healthy capacity, the plan \
+                 flip, a closed-loop probe of the stale capacity, ANALYZE), and how far the \
+                 replay's rate (0.9 × the stale capacity) moved between them."
+            ));
+            d
         } else {
-            format!(
-                "# Replay ×{n}: {} — each step's verdict, k of {n}\n\n{}\n\nEach repetition is a \
-                 whole replay: a fresh calibration, then every mode on a fresh lab, at time scale \
-                 {}× (its own report in `rep-<i>/replay.md`). A step counts as reproduced (legacy) \
-                 or as the fix holding (resilient) only when it did in all {n}; a repetition that \
-                 failed or whose counts did not add up gives \"not measured\". Every repetition \
-                 replays the same document stream (the same `--seed`): what moves between them is \
-                 the system, not the input.\n",
-                sc.name, sc.summary, self.time_scale
-            )
+            let mut d = Doc::new(format!(
+                "Replay ×{n}: {} — each step's verdict, k of {n}",
+                sc.name
+            ));
+            d.para(sc.summary.trim_end()).para(format!(
+                "Each repetition is a whole replay: a fresh calibration, then every mode on a \
+                 fresh lab, at time scale {}× (its own report in `rep-<i>/replay.md`). A step \
+                 counts as reproduced (legacy) or as the fix holding (resilient) only when it did \
+                 in all {n}; a repetition that failed or whose counts did not add up gives \"not \
+                 measured\". Every repetition replays the same document stream (the same \
+                 `--seed`): what moves between them is the system, not the input.",
+                self.time_scale
+            ));
+            d
         };
-
-        self.calibrations_markdown(&mut md);
+        self.calibrations_doc(&mut d);
         if self.steps.is_empty() {
             // `--calibrate-only`: the calibrations are the report.
-            md.push_str("\nCalibration only (`--calibrate-only`): no mode was replayed.\n");
-            return md;
+            d.para("Calibration only (`--calibrate-only`): no mode was replayed.");
+            return d;
         }
         let modes = self.modes();
-        self.timeline_markdown(&mut md, &modes);
-        self.fix_markdown(&mut md, &modes);
-        self.reasons_markdown(&mut md);
-        md
+        self.timeline_doc(&mut d, &modes);
+        self.fix_doc(&mut d, &modes);
+        self.reasons_doc(&mut d);
+        d
     }
 
     /// Each repetition's calibration, and how far the rate moved between them.
-    fn calibrations_markdown(&self, md: &mut String) {
+    fn calibrations_doc(&self, d: &mut Doc) {
         let n = self.repeat;
-        md.push_str("\n## Calibration, repetition by repetition\n\n");
-        md.push_str(
-            "| repetition | healthy capacity (slowest–fastest second) | stale capacity (slowest–fastest second) | stale probe | stale / healthy | replay rate | healthy utilisation |\n|---|---:|---:|---:|---:|---:|---:|\n",
-        );
+        let mut t = Table::new(&[
+            "repetition",
+            ">healthy capacity (slowest–fastest second)",
+            ">stale capacity (slowest–fastest second)",
+            ">stale probe",
+            ">stale / healthy",
+            ">replay rate",
+            ">healthy utilisation",
+        ]);
         let range =
             |r: Option<[f64; 2]>| r.map_or(String::new(), |[a, b]| format!(" ({a:.0}–{b:.0})"));
         for r in &self.repetitions {
-            match &r.calibration {
-                Some(c) if c.healthy_capacity_rps.is_finite() => md.push_str(&format!(
-                    "| {} | {:.0} rps{} | {:.0} rps{} | {} | {:.2}× | {:.0} rps | {:.0}% |\n",
-                    r.dir,
-                    c.healthy_capacity_rps,
-                    range(c.healthy_per_second),
-                    c.stale_capacity_rps,
-                    range(c.stale_per_second),
+            let cells: Vec<String> = match &r.calibration {
+                Some(c) if c.healthy_capacity_rps.is_finite() => vec![
+                    r.dir.clone(),
+                    format!(
+                        "{:.0} rps{}",
+                        c.healthy_capacity_rps,
+                        range(c.healthy_per_second)
+                    ),
+                    format!(
+                        "{:.0} rps{}",
+                        c.stale_capacity_rps,
+                        range(c.stale_per_second)
+                    ),
                     // Runs before the per-second series was recorded: not known here.
                     match c.stale_probe_goodput.len() {
                         0 => "—".to_string(),
                         s => format!("{s} s"),
                     },
-                    c.stale_over_healthy,
-                    c.rate,
-                    100.0 * c.healthy_utilisation
-                )),
-                Some(c) => md.push_str(&format!(
-                    "| {} | — | — | — | — | {:.0} rps (--rate) | — |\n",
-                    r.dir, c.rate
-                )),
-                None => md.push_str(&format!(
-                    "| {} | failed: {} | | | | | |\n",
-                    r.dir,
-                    r.error
-                        .as_deref()
-                        .unwrap_or("?")
-                        .replace('|', "/")
-                        .replace('\n', " ")
-                )),
-            }
+                    format!("{:.2}×", c.stale_over_healthy),
+                    format!("{:.0} rps", c.rate),
+                    format!("{:.0}%", 100.0 * c.healthy_utilisation),
+                ],
+                Some(c) => [
+                    r.dir.as_str(),
+                    "—",
+                    "—",
+                    "—",
+                    "—",
+                    &format!("{:.0} rps (--rate)", c.rate),
+                    "—",
+                ]
+                .map(String::from)
+                .into(),
+                None => vec![
+                    r.dir.clone(),
+                    format!(
+                        "failed: {}",
+                        r.error.as_deref().unwrap_or("?").replace('\n', " ")
+                    ),
+                    String::new(),
+                    String::new(),
+                    String::new(),
+                    String::new(),
+                    String::new(),
+                ],
+            };
+            t.row(cells.into_iter().map(Cell::text).collect());
         }
+        d.h2("Calibration, repetition by repetition").table(t);
         match &self.calibration {
-            Some(c) if c.calibrations < 2 => md.push_str(&format!(
-                "\nOne calibration ({} of {n} repetitions calibrated): how far the rate moves \
-                 between calibrations is not assessed.\n",
+            Some(c) if c.calibrations < 2 => d.para(format!(
+                "One calibration ({} of {n} repetitions calibrated): how far the rate moves \
+                 between calibrations is not assessed.",
                 c.calibrations
             )),
             Some(c) => {
@@ -273,10 +307,10 @@ impl Repeats {
                         100.0 * x.relative
                     )
                 };
-                md.push_str(&format!(
-                    "\nOver {} calibrations: healthy capacity {}; stale capacity {}; replay rate \
+                d.para(format!(
+                    "Over {} calibrations: healthy capacity {}; stale capacity {}; replay rate \
                      {} — {} the {:.0}% the repetitions need to replay the same operating point \
-                     (moves = (max − min) / mean).\n",
+                     (moves = (max − min) / mean).",
                     c.calibrations,
                     s(&c.healthy_capacity_rps),
                     s(&c.stale_capacity_rps),
@@ -287,13 +321,13 @@ impl Repeats {
                         "**beyond**"
                     },
                     100.0 * RATE_STABILITY_MAX
-                ));
+                ))
             }
-            None if self.repetitions.iter().any(|r| r.calibration.is_some()) => md.push_str(
-                "\nNo calibration spread: the rate was given (`--rate`), not calibrated.\n",
-            ),
-            None => md.push_str("\nNo calibration spread: no repetition calibrated.\n"),
-        }
+            None if self.repetitions.iter().any(|r| r.calibration.is_some()) => {
+                d.para("No calibration spread: the rate was given (`--rate`), not calibrated.")
+            }
+            None => d.para("No calibration spread: no repetition calibrated."),
+        };
     }
 
     /// The modes replayed, in order.
@@ -305,23 +339,18 @@ impl Repeats {
     }
 
     /// The verdict table: one row per step, k of N per mode and each repetition's outcome.
-    fn timeline_markdown(&self, md: &mut String, modes: &[Mode]) {
+    fn timeline_doc(&self, d: &mut Doc, modes: &[Mode]) {
         let (sc, n) = (&self.scenario, self.repeat);
-        md.push_str(&format!(
-            "\n## The timeline: each step's verdict, k of {n}\n\n| time | step | the postmortem |"
-        ));
+        let mut head = vec!["time".to_string(), "step".into(), "the postmortem".into()];
         for m in modes {
-            md.push_str(&format!(
-                " {}: {} | per repetition |",
+            head.push(format!(
+                "{}: {}",
                 m.variant(),
                 Outcome::Reproduced.words(m.is_fix())
             ));
+            head.push("per repetition".into());
         }
-        md.push_str("\n|---|---|---|");
-        for _ in modes {
-            md.push_str(":---:|---|");
-        }
-        md.push('\n');
+        let mut t = Table::new(&head);
         let mark = |o: Outcome| match o {
             Outcome::Reproduced => "✔",
             Outcome::NotReproduced => "✘",
@@ -332,46 +361,49 @@ impl Repeats {
                 .postmortem
                 .as_ref()
                 .map_or(("", ""), |pm| (pm.time.as_str(), pm.observation.as_str()));
-            md.push_str(&format!("| {time} | {} | {obs} |", p.name));
+            let mut row: Vec<Cell> = vec![time.into(), p.name.as_str().into(), obs.into()];
             for m in modes {
                 match self.step(&p.name, *m) {
-                    Some(t) => md.push_str(&format!(
-                        " {}{} of {n}{} | {} |",
-                        if t.every { "" } else { "**" },
-                        t.reproduced,
-                        if t.every { "" } else { "**" },
+                    Some(t) => row.extend([
+                        Cell {
+                            lines: vec![format!("{} of {n}", t.reproduced)],
+                            tone: if t.every { Tone::Plain } else { Tone::Bad },
+                        },
                         t.outcomes
                             .iter()
                             .map(|o| mark(*o))
                             .collect::<Vec<_>>()
                             .join(" ")
-                    )),
-                    None => md.push_str(" — | |"),
+                            .into(),
+                    ]),
+                    None => row.extend(["—".into(), "".into()]),
                 }
             }
-            md.push('\n');
+            t.row(row);
         }
-        md.push_str(
-            "\n✔ reproduced / fix held, ✘ not reproduced / fix did not hold, ? not measured.\n\n",
-        );
+        d.h2(format!("The timeline: each step's verdict, k of {n}"))
+            .table(t)
+            .para("✔ reproduced / fix held, ✘ not reproduced / fix did not hold, ? not measured.");
+        let mut lines = Vec::new();
         for m in modes {
             let of_mode: Vec<&StepTally> = self.steps.iter().filter(|t| t.mode == *m).collect();
             let every = of_mode.iter().filter(|t| t.every).count();
             let none = of_mode.iter().filter(|t| t.reproduced == 0).count();
             let unmeasured = of_mode.iter().filter(|t| t.not_measured == n).count();
-            md.push_str(&format!(
-                "- {}: {every} of {} steps {} in all {n} repetitions; {} in some but not all; {none} in none ({unmeasured} of them not measured in any)\n",
+            lines.push(format!(
+                "{}: {every} of {} steps {} in all {n} repetitions; {} in some but not all; {none} in none ({unmeasured} of them not measured in any)",
                 m.variant(),
                 of_mode.len(),
                 Outcome::Reproduced.words(m.is_fix()),
                 of_mode.len() - every - none,
             ));
         }
+        d.list(lines);
     }
 
     /// The fix in one number, per mode and repetition.
-    fn fix_markdown(&self, md: &mut String, modes: &[Mode]) {
-        md.push_str("\n## How good is the fix, in one number, repetition by repetition\n\n");
+    fn fix_doc(&self, d: &mut Doc, modes: &[Mode]) {
+        let mut lines = Vec::new();
         for m in modes {
             let q: Vec<String> = self
                 .repetitions
@@ -387,40 +419,45 @@ impl Repeats {
                         })
                 })
                 .collect();
-            md.push_str(&format!("- {}: {}\n", m.variant(), q.join(", ")));
+            lines.push(format!("{}: {}", m.variant(), q.join(", ")));
         }
+        d.h2("How good is the fix, in one number, repetition by repetition")
+            .list(lines);
     }
 
     /// Every step that did not come out the same in all repetitions, with the measured reason.
-    fn reasons_markdown(&self, md: &mut String) {
+    fn reasons_doc(&self, d: &mut Doc) {
         let n = self.repeat;
-        md.push_str(&format!(
-            "\n## Steps that did not come out the same in all {n}: the measured reason\n\nFor each repetition where the step was not reproduced (legacy) or the fix did not hold (resilient): the checks that did not hold or were not measured, with their values (reference → value where the check has one).\n"
-        ));
+        d.h2(format!(
+            "Steps that did not come out the same in all {n}: the measured reason"
+        ))
+        .para("For each repetition where the step was not reproduced (legacy) or the fix did not hold (resilient): the checks that did not hold or were not measured, with their values (reference → value where the check has one).");
         let mut any = false;
         for t in self.steps.iter().filter(|t| !t.every) {
             any = true;
-            md.push_str(&format!(
-                "\n### {} — {} ({} of {n})\n\n",
-                t.mode.variant(),
-                t.phase,
-                t.reproduced
-            ));
+            let mut lines = Vec::new();
             for (i, r) in self.repetitions.iter().enumerate() {
                 let o = t.outcomes.get(i).copied().unwrap_or(Outcome::NotMeasured);
                 if o == Outcome::Reproduced {
                     continue;
                 }
-                md.push_str(&format!(
-                    "- {}: {} — {}\n",
+                lines.push(format!(
+                    "{}: {} — {}",
                     r.dir,
                     o.words(t.mode.is_fix()),
                     reason(r, t)
                 ));
             }
+            d.h3(format!(
+                "{} — {} ({} of {n})",
+                t.mode.variant(),
+                t.phase,
+                t.reproduced
+            ))
+            .list(lines);
         }
         if !any {
-            md.push_str("\nNone.\n");
+            d.para("None.");
         }
     }
 

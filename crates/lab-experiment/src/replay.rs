@@ -30,8 +30,9 @@ use crate::{act, now_s, Globals, Mode};
 use lab_load::{DocSource, Docs, LoadArgs, TenantMix};
 use lab_native::Service;
 use lab_native::UpArgs;
+use lab_report::doc::{Cell, Doc, Table};
 use lab_report::summary as report;
-use lab_report::verdict::{Check, Outcome, Verdict};
+use lab_report::verdict::{Outcome, Verdict};
 use lab_seed::ApiKeyRecord;
 use lab_trigger::backfill::{Job, Step};
 
@@ -191,13 +192,14 @@ pub struct ModeReport {
     pub fix_quality: Option<f64>,
 }
 
-/// `summary.json` of one replay: everything its `replay.md` is written from ([`markdown`]).
-#[derive(Serialize)]
-struct Summary<'a> {
-    scenario: &'a Scenario,
-    calibration: &'a Calibration,
-    time_scale: f64,
-    modes: &'a [ModeReport],
+/// `summary.json` of one replay (beside its `run` header): everything its `replay.md` and
+/// `report.html` are drawn from ([`doc`]).
+#[derive(Serialize, serde::Deserialize)]
+pub struct Summary {
+    pub scenario: Scenario,
+    pub calibration: Calibration,
+    pub time_scale: f64,
+    pub modes: Vec<ModeReport>,
 }
 
 /// A fresh lab of `args.lab`'s shape (any lab still up is stopped first).
@@ -455,192 +457,221 @@ const POSTMORTEM_TABLE: &[(&str, &str, &str, &str)] = &[
     ("orchestrator_replicas_max", "24", "60 (thrashing)", "24"),
 ];
 
-pub(super) fn markdown(
-    sc: &Scenario,
-    cal: &Calibration,
-    time_scale: f64,
-    modes: &[ModeReport],
-) -> String {
-    let mut md = format!(
-        "# Replay: {} — the postmortem's morning from the real trigger\n\n{}\n",
-        sc.name, sc.summary
-    );
-    calibration_markdown(&mut md, cal);
-    timeline_markdown(&mut md, sc, time_scale, modes);
-    comparison_markdown(&mut md, sc, modes);
-    fix_markdown(&mut md, cal, modes);
-    phases_markdown(&mut md, sc, cal, modes);
-    md
+/// The replay's report, from its summary alone (`labctl report` draws it again).
+pub fn doc(s: &Summary) -> Doc {
+    let (sc, cal, modes) = (&s.scenario, &s.calibration, &s.modes[..]);
+    let mut d = Doc::new(format!(
+        "Replay: {} — the postmortem's morning from the real trigger",
+        sc.name
+    ));
+    d.para(sc.summary.trim_end());
+    calibration_doc(&mut d, cal);
+    timeline_doc(&mut d, sc, s.time_scale, modes);
+    comparison_doc(&mut d, sc, modes);
+    fix_doc(&mut d, cal, modes);
+    phases_doc(&mut d, sc, cal, modes);
+    d
 }
 
 /// How the replay's rate was chosen.
-fn calibration_markdown(md: &mut String, cal: &Calibration) {
-    md.push_str(&format!(
-        "\n## Calibration\n\n| | |\n|---|---:|\n| healthy capacity (closed loop, warm) | {:.0} rps |\n\
-         | stale-plan capacity | {:.0} rps ({:.2}× healthy) |\n| replay rate | {:.0} rps |\n\
-         | healthy utilisation at that rate | {:.0}%{} |\n| steady orchestrator RSS | {} |\n\
-         | orchestrator memory limit | {} |\n| backfill run during calibration | {} |\n\
-         | calibration time | {:.0} s |\n\n",
-        cal.healthy_capacity_rps,
-        cal.stale_capacity_rps,
-        cal.stale_over_healthy,
-        cal.rate,
-        100.0 * cal.healthy_utilisation,
-        if cal.healthy_utilisation_ok { "" } else { " (**above 60%**)" },
-        cal.steady_rss_mb
-            .map_or("—".into(), |v| format!("{v:.0} MB")),
-        cal.memory_limit_bytes
-            .map_or("none".into(), |b| format!("{} MiB", b >> 20)),
-        if cal.backfill_ran { "yes" } else { "no (already populated)" },
-        cal.seconds
-    ));
-    for n in &cal.notes {
-        md.push_str(&format!("- {n}\n"));
+fn calibration_doc(d: &mut Doc, cal: &Calibration) {
+    let mut t = Table::new(&["", ">"]);
+    for (what, value) in [
+        (
+            "healthy capacity (closed loop, warm)",
+            format!("{:.0} rps", cal.healthy_capacity_rps),
+        ),
+        (
+            "stale-plan capacity",
+            format!(
+                "{:.0} rps ({:.2}× healthy)",
+                cal.stale_capacity_rps, cal.stale_over_healthy
+            ),
+        ),
+        ("replay rate", format!("{:.0} rps", cal.rate)),
+        (
+            "healthy utilisation at that rate",
+            format!(
+                "{:.0}%{}",
+                100.0 * cal.healthy_utilisation,
+                if cal.healthy_utilisation_ok {
+                    ""
+                } else {
+                    " (**above 60%**)"
+                }
+            ),
+        ),
+        (
+            "steady orchestrator RSS",
+            cal.steady_rss_mb
+                .map_or("—".into(), |v| format!("{v:.0} MB")),
+        ),
+        (
+            "orchestrator memory limit",
+            cal.memory_limit_bytes
+                .map_or("none".into(), |b| format!("{} MiB", b >> 20)),
+        ),
+        (
+            "backfill run during calibration",
+            if cal.backfill_ran {
+                "yes"
+            } else {
+                "no (already populated)"
+            }
+            .into(),
+        ),
+        ("calibration time", format!("{:.0} s", cal.seconds)),
+    ] {
+        t.row(vec![what.into(), value.into()]);
     }
+    d.h2("Calibration").table(t).list(cal.notes.clone());
 }
 
 /// The postmortem's steps, one row each: per mode the checks measured and the verdict.
-fn timeline_markdown(md: &mut String, sc: &Scenario, time_scale: f64, modes: &[ModeReport]) {
-    md.push_str(&format!(
-        "\n## The timeline, step by step (time scale {time_scale}×)\n\n| time | step | the postmortem |"
-    ));
+fn timeline_doc(d: &mut Doc, sc: &Scenario, time_scale: f64, modes: &[ModeReport]) {
+    let mut head = vec!["time".to_string(), "step".into(), "the postmortem".into()];
     for m in modes {
-        md.push_str(&format!(
-            " {} (measured) | {} verdict |",
-            m.mode.variant(),
-            m.mode.variant()
-        ));
+        head.push(format!("{} (measured)", m.mode.variant()));
+        head.push(format!("{} verdict", m.mode.variant()));
     }
-    md.push_str("\n|---|---|---|");
-    for _ in modes {
-        md.push_str("---|:---:|");
-    }
-    md.push('\n');
+    let mut t = Table::new(&head);
     let mut reproduced: BTreeMap<Mode, [usize; 3]> = BTreeMap::new();
     for p in &sc.phases {
         let (time, obs) = p
             .postmortem
             .as_ref()
             .map_or(("", ""), |pm| (pm.time.as_str(), pm.observation.as_str()));
-        md.push_str(&format!("| {time} | {} | {obs} |", p.name));
+        let mut row = vec![time.into(), p.name.as_str().into(), obs.into()];
         for m in modes {
-            let step = m.steps.iter().find(|s| s.phase == p.name);
-            let measured = step.map_or("—".to_string(), |s| {
-                s.checks
-                    .iter()
-                    .map(Check::markdown)
-                    .collect::<Vec<_>>()
-                    .join("<br>")
-            });
-            let verdict = match step {
+            match m.steps.iter().find(|s| s.phase == p.name) {
                 Some(s) => {
-                    let e = reproduced.entry(m.mode).or_default();
-                    e[match s.outcome {
+                    reproduced.entry(m.mode).or_default()[match s.outcome {
                         Outcome::Reproduced => 0,
                         Outcome::NotReproduced => 1,
                         Outcome::NotMeasured => 2,
                     }] += 1;
-                    match s.outcome {
-                        Outcome::Reproduced => s.outcome.words(m.mode.is_fix()).to_string(),
-                        o => format!("**{}**", o.words(m.mode.is_fix())),
-                    }
+                    row.push(Cell::checks(s));
+                    row.push(Cell::step(s, m.mode.is_fix()));
                 }
-                None => "—".to_string(),
-            };
-            md.push_str(&format!(" {measured} | {verdict} |"));
+                None => row.extend(["—".into(), "—".into()]),
+            }
         }
-        md.push('\n');
+        t.row(row);
     }
-    md.push('\n');
-    for (mode, [ok, no, unmeasured]) in &reproduced {
-        md.push_str(&format!(
-            "- {}: {ok} of {} steps {}; {no} {}; {unmeasured} not measured (a precondition \
-             failed or a value was missing)\n",
-            mode.variant(),
-            ok + no + unmeasured,
-            Outcome::Reproduced.words(mode.is_fix()),
-            Outcome::NotReproduced.words(mode.is_fix()),
-        ));
-    }
+    d.h2(format!(
+        "The timeline, step by step (time scale {time_scale}×)"
+    ))
+    .table(t)
+    .list(
+        reproduced
+            .iter()
+            .map(|(mode, [ok, no, unmeasured])| {
+                format!(
+                    "{}: {ok} of {} steps {}; {no} {}; {unmeasured} not measured (a \
+                         precondition failed or a value was missing)",
+                    mode.variant(),
+                    ok + no + unmeasured,
+                    Outcome::Reproduced.words(mode.is_fix()),
+                    Outcome::NotReproduced.words(mode.is_fix()),
+                )
+            })
+            .collect(),
+    );
 }
 
 /// The postmortem's Performance Comparison, measured: before, peak and after per mode.
-fn comparison_markdown(md: &mut String, sc: &Scenario, modes: &[ModeReport]) {
+fn comparison_doc(d: &mut Doc, sc: &Scenario, modes: &[ModeReport]) {
     let peak = |m: &ModeReport| {
         let summaries: Vec<_> = m.phases.iter().map(|p| &p.summary).collect();
         sc.peak_phase(&summaries)
     };
-    md.push_str("\n## Performance Comparison (the postmortem's table, measured)\n\n");
     let named = modes.first().is_some_and(|m| peak(m).1);
-    md.push_str(&format!(
-        "Before = the steady phase; peak = {}; after fix = the last phase.\n\n| Metric | postmortem before | postmortem peak | postmortem after |",
-        if named {
-            "the phase the scenario names as the postmortem's peak (its `peak`)"
-        } else {
-            "the phase with the highest 5xx rate (the first of tied ones)"
-        }
-    ));
+    d.h2("Performance Comparison (the postmortem's table, measured)")
+        .para(format!(
+            "Before = the steady phase; peak = {}; after fix = the last phase.",
+            if named {
+                "the phase the scenario names as the postmortem's peak (its `peak`)"
+            } else {
+                "the phase with the highest 5xx rate (the first of tied ones)"
+            }
+        ));
+    let mut head: Vec<String> = [
+        "Metric",
+        ">postmortem before",
+        ">postmortem peak",
+        ">postmortem after",
+    ]
+    .map(String::from)
+    .into();
     for m in modes {
         let pk = &m.phases[peak(m).0].name;
-        md.push_str(&format!(
-            " {0} before | {0} peak ({pk}) | {0} after |",
-            m.mode.variant()
-        ));
+        let v = m.mode.variant();
+        head.extend([
+            format!(">{v} before"),
+            format!(">{v} peak ({pk})"),
+            format!(">{v} after"),
+        ]);
     }
-    md.push_str("\n|---|---:|---:|---:|");
-    for _ in modes {
-        md.push_str("---:|---:|---:|");
-    }
-    md.push('\n');
+    let mut t = Table::new(&head);
     for q in lab_report::quantities::in_tables() {
-        let (key, label) = (q.id, q.label);
-        let pm = POSTMORTEM_TABLE.iter().find(|r| r.0 == key);
+        let key = q.id;
         let any = modes
             .iter()
             .any(|m| m.phases.iter().any(|p| p.summary.contains_key(key)));
         if !any {
             continue;
         }
-        md.push_str(&format!(
-            "| {label} | {} | {} | {} |",
-            pm.map_or("", |r| r.1),
-            pm.map_or("", |r| r.2),
-            pm.map_or("", |r| r.3)
-        ));
+        let pm = POSTMORTEM_TABLE.iter().find(|r| r.0 == key);
+        let mut row: Vec<Cell> = vec![
+            q.label.into(),
+            pm.map_or("", |r| r.1).into(),
+            pm.map_or("", |r| r.2).into(),
+            pm.map_or("", |r| r.3).into(),
+        ];
         for m in modes {
             let last = m.phases.len() - 1;
             for i in [0, peak(m).0, last] {
-                md.push_str(&format!(
-                    " {} |",
-                    q.unit.fmt(m.phases[i].summary.get(key).copied())
-                ));
+                row.push(q.unit.fmt(m.phases[i].summary.get(key).copied()).into());
             }
         }
-        md.push('\n');
+        t.row(row);
     }
+    d.table(t);
 }
 
 /// The fix in one number, per mode.
-fn fix_markdown(md: &mut String, cal: &Calibration, modes: &[ModeReport]) {
-    md.push_str("\n## How good is the fix, in one number\n\nGoodput while the plan is stale (from the plan flip to ANALYZE) over what the stale database could serve of the offered load (`Σ goodput / Σ min(offered, stale capacity)`, by phase second): the only loss a perfect client avoids is work nobody waits for, so a perfect client scores 1 — unless something else (a rollback's cold caches) cuts capacity below the calibrated one.\n\n");
-    for m in modes {
-        md.push_str(&format!(
-            "- {}: {}\n",
-            m.mode.variant(),
-            m.fix_quality.map_or(
-                if cal.stale_capacity_rps.is_finite() {
-                    "not measured".to_string()
-                } else {
-                    "not measured (no calibration: --rate gives no stale capacity)".to_string()
-                },
-                |q| format!("{q:.2}")
-            )
-        ));
-    }
+fn fix_doc(d: &mut Doc, cal: &Calibration, modes: &[ModeReport]) {
+    d.h2("How good is the fix, in one number").para(
+        "Goodput while the plan is stale (from the plan flip to ANALYZE) over what the stale \
+         database could serve of the offered load (`Σ goodput / Σ min(offered, stale capacity)`, \
+         by phase second): the only loss a perfect client avoids is work nobody waits for, so a \
+         perfect client scores 1 — unless something else (a rollback's cold caches) cuts \
+         capacity below the calibrated one.",
+    );
+    d.list(
+        modes
+            .iter()
+            .map(|m| {
+                format!(
+                    "{}: {}",
+                    m.mode.variant(),
+                    m.fix_quality.map_or(
+                        if cal.stale_capacity_rps.is_finite() {
+                            "not measured".to_string()
+                        } else {
+                            "not measured (no calibration: --rate gives no stale capacity)"
+                                .to_string()
+                        },
+                        |q| format!("{q:.2}")
+                    )
+                )
+            })
+            .collect(),
+    );
 }
 
 /// Every phase of every mode: the full table, the 5xx by origin, the load and the actions.
-fn phases_markdown(md: &mut String, sc: &Scenario, cal: &Calibration, modes: &[ModeReport]) {
+fn phases_doc(d: &mut Doc, sc: &Scenario, cal: &Calibration, modes: &[ModeReport]) {
     for m in modes {
         let names: Vec<(String, u64)> = m
             .phases
@@ -652,9 +683,10 @@ fn phases_markdown(md: &mut String, sc: &Scenario, cal: &Calibration, modes: &[M
             .iter()
             .map(|p| p.errors_5xx_by_origin.clone())
             .collect();
-        md.push_str(&format!("\n## {} mode: every phase\n\n", m.mode.variant()));
+        d.h2(format!("{} mode: every phase", m.mode.variant()));
         let summaries: Vec<_> = m.phases.iter().map(|p| p.summary.clone()).collect();
-        md.push_str(&report::markdown(
+        report::phases_doc(
+            d,
             &format!(
                 "{} — {} mode at {:.0} rps",
                 sc.name,
@@ -663,16 +695,14 @@ fn phases_markdown(md: &mut String, sc: &Scenario, cal: &Calibration, modes: &[M
             ),
             &names,
             &summaries,
-        ));
-        md.push_str(&report::origins_markdown(
-            &names,
-            &per_phase,
-            &m.consistency,
-        ));
-        md.push_str(&format!(
-            "\nLoad: {} sent, by status {:?}.\n\nActions: {}\n",
-            m.load_sent,
-            m.load_by_status,
+        );
+        report::origins_doc(d, &names, &per_phase, &m.consistency);
+        d.para(format!(
+            "Load: {} sent, by status {:?}.",
+            m.load_sent, m.load_by_status
+        ))
+        .para(format!(
+            "Actions: {}",
             m.actions
                 .iter()
                 .map(|a| format!(
@@ -779,8 +809,10 @@ pub async fn run(args: &ReplayArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> any
         reps.push(r.map_err(|e| format!("{e:#}")));
     }
     let report = crate::repeats::Repeats::of(&sc, args, &reps);
-    let md = report.markdown();
+    let doc = report.doc();
+    let md = doc.markdown();
     std::fs::write(out.join("replay.md"), &md)?;
+    std::fs::write(out.join("report.html"), doc.html())?;
     std::fs::write(
         out.join("repeats.json"),
         serde_json::to_vec_pretty(&report)?,
@@ -954,8 +986,6 @@ async fn replay_once(
     if reports.is_empty() {
         bail!("no mode was replayed");
     }
-    let md = markdown(sc, &cal, args.time_scale, &reports);
-    std::fs::write(out.join("replay.md"), &md)?;
     let mut header = lab_report::run::Header::new(lab_report::run::RunKind::Replay, &sc.name);
     for r in &reports {
         header = header
@@ -963,17 +993,17 @@ async fn replay_once(
             .consistency(&r.consistency);
     }
     let body = Summary {
-        scenario: sc,
-        calibration: &cal,
+        scenario: sc.clone(),
+        calibration: cal,
         time_scale: args.time_scale,
-        modes: &reports,
+        modes: reports,
     };
     lab_report::run::write(out, &header, &body)?;
+    let md = crate::report::draw(out)?;
     println!("\n{md}");
-    lab_report::html::render(out)?;
     Ok(Replayed {
-        calibration: cal,
-        modes: reports,
+        calibration: body.calibration,
+        modes: body.modes,
     })
 }
 

@@ -23,6 +23,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use lab_native::{Lab, Log, NativeLab, Service};
+use lab_report::doc::{Cell, Doc, Table, Tone};
 use lab_seed::ApiKeyRecord;
 
 use crate::{scenario, GamedayArgs, Globals, Mode};
@@ -284,7 +285,7 @@ pub async fn check(args: &CheckArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> an
             });
         }
     }
-    let md = markdown(args, &outcomes);
+    let md = doc(args, &outcomes).markdown();
     std::fs::write(out.join("scenarios-check.md"), &md)?;
     println!("\n{md}");
     match lab_report::index::render(&out) {
@@ -320,7 +321,7 @@ async fn restore(
     Ok(())
 }
 
-fn markdown(args: &CheckArgs, outcomes: &[Outcome]) -> String {
+fn doc(args: &CheckArgs, outcomes: &[Outcome]) -> Doc {
     let failed = outcomes.iter().filter(|o| o.problem.is_some()).count();
     let flags = if args.flags.is_empty() {
         String::new()
@@ -330,34 +331,38 @@ fn markdown(args: &CheckArgs, outcomes: &[Outcome]) -> String {
     let fault_rate = args
         .fault_rate
         .map_or("its own rate".to_string(), |r| format!("{r} rps"));
-    let mut md = format!(
-        "# Every scenario file, run\n\n{} runs ({} failed): each scenario file in each mode. \
+    let mut d = Doc::new("Every scenario file, run");
+    d.para(format!(
+        "{} runs ({} failed): each scenario file in each mode. \
          **Smoke** runs are shrunk to about {} s at {} rps and held when the run completed, every \
          action of its timeline succeeded, the load was answered and the run's counts add up \
          (verdicts need full length and are not judged). **Judged** runs (the fault scenarios) \
          run at full length and {fault_rate}, and hold only when every verdict held as well.\
-         {flags}\n\n| scenario | kind | mode | seconds | result | report |\n\
-         | --- | --- | --- | --- | --- | --- |\n",
+         {flags}",
         outcomes.len(),
         failed,
         args.seconds,
         args.rate
-    );
+    ));
+    let mut t = Table::new(&["scenario", "kind", "mode", ">seconds", "result", "report"]);
     for o in outcomes {
-        md.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} |\n",
-            o.scenario,
-            o.kind.words(),
-            o.mode.variant(),
-            o.seconds,
-            o.problem.as_deref().map_or("held".to_string(), |p| format!(
-                "**failed**: {}",
-                p.replace('|', "\\|")
-            )),
-            o.out.display()
-        ));
+        t.row(vec![
+            o.scenario.as_str().into(),
+            o.kind.words().into(),
+            o.mode.variant().into(),
+            o.seconds.to_string().into(),
+            match &o.problem {
+                None => Cell::text("held"),
+                Some(p) => Cell {
+                    lines: vec![format!("failed: {p}")],
+                    tone: Tone::Bad,
+                },
+            },
+            o.out.display().to_string().into(),
+        ]);
     }
-    md
+    d.table(t);
+    d
 }
 
 #[cfg(test)]
@@ -444,7 +449,7 @@ mod tests {
             problem: problem.map(String::from),
             out: PathBuf::from("x"),
         };
-        let md = markdown(
+        let md = doc(
             &args,
             &[
                 o(Kind::Smoke, None),
@@ -453,10 +458,11 @@ mod tests {
                     Some("--strict: 1 of the verdicts did not hold (a | b)"),
                 ),
             ],
-        );
+        )
+        .markdown();
         assert!(md.contains("2 runs (1 failed)"), "{md}");
         assert!(
-            md.contains("| judged | legacy | 9 | **failed**: --strict: 1 of the verdicts did not hold (a \\| b) |"),
+            md.contains("| judged | legacy | 9 | **failed: --strict: 1 of the verdicts did not hold (a \\| b)** |"),
             "{md}"
         );
         assert!(

@@ -38,7 +38,7 @@ pub fn stream_documents(seed: u64) -> std::ops::Range<u64> {
 /// An answer counts toward goodput when it is a 200 within the end user's 3 s budget.
 const GOODPUT_BUDGET_US: u64 = 3_000_000;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, serde::Deserialize)]
 pub enum TenantMix {
     /// Tenants in proportion to their size (the postmortem's traffic: a few big tenants).
     Size,

@@ -2,13 +2,12 @@
 //! replays, ablations, maps, a replay's repetitions — with what it is, its verdicts in one line,
 //! whether its own counts added up, and a link to its page.
 
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use serde_json::Value;
 
-use crate::html::{esc, head};
+use crate::doc::{Cell, Doc, Table, Tone};
 use crate::run::{Header, Judged, RunKind};
 use crate::verdict::{Check, Verdict};
 
@@ -233,39 +232,39 @@ pub fn render(root: &Path) -> anyhow::Result<PathBuf> {
          summary.json, or a repeats.json)",
         root.display()
     );
-    let mut html = String::new();
-    head(&mut html, &format!("Runs in {}", root.display()));
-    html.push_str(
-        "<table><tr><th>run</th><th>what</th><th>scenario</th><th>verdicts</th>\
-         <th>counts add up</th></tr>\n",
-    );
+    let mut t = Table::new(&["run", "what", "scenario", "verdicts", "counts add up"]);
     for e in &list {
-        let name = esc(&e.dir.display().to_string());
-        let link = e.page.as_ref().map_or(name.clone(), |p| {
-            format!("<a href='{}'>{name}</a>", esc(&p.display().to_string()))
-        });
+        let name = e.dir.display().to_string();
+        let link = e
+            .page
+            .as_ref()
+            .map_or(name.clone(), |p| format!("[{name}]({})", p.display()));
         let counts = match e.consistent {
-            Some(true) => "<span class=ok>yes</span>",
-            Some(false) => "<span class=no>NO: its numbers are not trusted</span>",
-            None => "—",
-        };
-        let _ = writeln!(
-            html,
-            "<tr><td>{link}</td><td>{}</td><td>{}</td><td>{}</td><td>{counts}</td></tr>",
-            e.kind.words(),
-            esc(&e.scenario),
-            if e.verdicts.is_empty() {
-                "—".to_string()
-            } else {
-                e.verdicts
-                    .iter()
-                    .map(|v| esc(v))
-                    .collect::<Vec<_>>()
-                    .join("<br>")
+            Some(true) => Cell {
+                lines: vec!["yes".into()],
+                tone: Tone::Good,
             },
-        );
+            Some(false) => Cell {
+                lines: vec!["NO: its numbers are not trusted".into()],
+                tone: Tone::Bad,
+            },
+            None => Cell::text("—"),
+        };
+        t.row(vec![
+            link.into(),
+            e.kind.words().into(),
+            e.scenario.as_str().into(),
+            if e.verdicts.is_empty() {
+                Cell::text("—")
+            } else {
+                Cell::lines(e.verdicts.clone())
+            },
+            counts,
+        ]);
     }
-    html.push_str("</table>\n</body></html>\n");
+    let mut doc = Doc::new(format!("Runs in {}", root.display()));
+    doc.table(t);
+    let html = doc.html();
     let path = root.join("index.html");
     std::fs::write(&path, html).with_context(|| format!("writing {}", path.display()))?;
     Ok(path)
@@ -378,7 +377,7 @@ mod tests {
         assert_eq!(list[1].consistent, Some(false));
         assert_eq!(list[2].page, Some(PathBuf::from("gd/report.html")));
         let page = std::fs::read_to_string(render(&root).unwrap()).unwrap();
-        assert!(page.contains("<a href='gd/report.html'>gd</a>"), "{page}");
+        assert!(page.contains("<a href=\"gd/report.html\">gd</a>"), "{page}");
         assert!(page.contains("NO: its numbers are not trusted"), "{page}");
         assert!(
             render(&root.join("empty")).is_err(),

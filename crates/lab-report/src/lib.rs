@@ -11,6 +11,8 @@
 //! - [`charts`]: the panels (`PANELS`, lines named by quantity): drawn as SVG.
 //! - [`recorded`]: a run read back from its directory, and the check that its table
 //!   recomputes from its own series.
+//! - [`doc`]: one report model and its two renderers, Markdown and HTML: every
+//!   experiment's report is a [`doc::Doc`].
 //! - [`html`]: `report.html`, one self-contained file per run, drawn from the run's own files.
 //! - [`verdict`]: one verdict type — a check measured or not, a step reproduced, not
 //!   reproduced or not measured — for every experiment and a run's own bookkeeping.
@@ -22,6 +24,7 @@
 //! Nothing here measures: every function is a pure reading of what a run wrote.
 
 pub mod charts;
+pub mod doc;
 pub mod html;
 pub mod index;
 pub mod quantities;

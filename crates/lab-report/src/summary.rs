@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::doc::{Block, Cell, Doc, Table};
 use crate::quantities;
 use crate::quantity::{Frame, Window};
 use crate::series::Series;
@@ -78,27 +79,33 @@ pub fn summarize(frame: &Frame, w: &Window, judged: &[&str]) -> PhaseSummary {
         .collect()
 }
 
-pub fn markdown(title: &str, phases: &[(String, u64)], summaries: &[PhaseSummary]) -> String {
-    let mut md = format!("### {title}\n\n| Metric |");
-    for (name, secs) in phases {
-        md.push_str(&format!(" {name} ({secs} s) |"));
-    }
-    md.push_str("\n|---|");
-    for _ in phases {
-        md.push_str("---:|");
-    }
-    md.push('\n');
+/// The per-phase table (every quantity measured in some phase), under a heading `title`.
+pub fn phases_doc(
+    doc: &mut Doc,
+    title: &str,
+    phases: &[(String, u64)],
+    summaries: &[PhaseSummary],
+) {
+    let mut head = vec!["Metric".to_string()];
+    head.extend(
+        phases
+            .iter()
+            .map(|(name, secs)| format!(">{name} ({secs} s)")),
+    );
+    let mut t = Table::new(&head);
     for q in quantities::in_tables() {
         if summaries.iter().all(|s| !s.contains_key(q.id)) {
             continue;
         }
-        md.push_str(&format!("| {} |", q.label));
-        for s in summaries {
-            md.push_str(&format!(" {} |", q.unit.fmt(s.get(q.id).copied())));
-        }
-        md.push('\n');
+        let mut row = vec![Cell::text(q.label)];
+        row.extend(
+            summaries
+                .iter()
+                .map(|s| Cell::text(q.unit.fmt(s.get(q.id).copied()))),
+        );
+        t.row(row);
     }
-    md
+    doc.h3(title).table(t);
 }
 
 /// The 5xx the gateway answered in `phase`, by the error-table row that decided them
@@ -167,50 +174,52 @@ pub fn consistency(s: &Series, load: &lab_load::LoadReport) -> Vec<Check> {
     ]
 }
 
-/// Markdown: the 5xx by origin, one column per phase, and the run's consistency checks.
-pub fn origins_markdown(
+/// The 5xx by origin, one column per phase, and the run's consistency checks.
+pub fn origins_doc(
+    doc: &mut Doc,
     phases: &[(String, u64)],
     per_phase: &[BTreeMap<String, f64>],
     checks: &[Check],
-) -> String {
+) {
     let mut keys: Vec<&String> = per_phase.iter().flat_map(|m| m.keys()).collect();
     keys.sort();
     keys.dedup();
-    let mut md = String::from("\n#### Where the 5xx came from (gateway, by error-table row)\n\n");
+    doc.push(Block::Heading(
+        4,
+        "Where the 5xx came from (gateway, by error-table row)".into(),
+    ));
     if keys.is_empty() {
-        md.push_str("No 5xx in any phase.\n");
+        doc.para("No 5xx in any phase.");
     } else {
-        md.push_str("| hop/origin |");
-        for (name, _) in phases {
-            md.push_str(&format!(" {name} |"));
-        }
-        md.push_str("\n|---|");
-        for _ in phases {
-            md.push_str("---:|");
-        }
-        md.push('\n');
+        let mut head = vec!["hop/origin".to_string()];
+        head.extend(phases.iter().map(|(name, _)| format!(">{name}")));
+        let mut t = Table::new(&head);
         for k in keys {
-            md.push_str(&format!("| {k} |"));
-            for m in per_phase {
-                md.push_str(&format!(
-                    " {} |",
-                    m.get(k).map_or("—".into(), |v| format!("{v:.0}"))
-                ));
-            }
-            md.push('\n');
+            let mut row = vec![Cell::text(k.as_str())];
+            row.extend(
+                per_phase
+                    .iter()
+                    .map(|m| Cell::text(m.get(k).map_or("—".into(), |v| format!("{v:.0}")))),
+            );
+            t.row(row);
         }
+        doc.table(t);
     }
-    md.push_str("\nConsistency of this run's counts (whole run, baseline to settle):\n\n");
-    for c in checks {
-        md.push_str(&format!(
-            "- {} {}: expected {:.0}, got {:.0}\n",
-            if c.holds() { "OK  " } else { "FAIL" },
-            c.check,
-            c.reference.unwrap_or(f64::NAN),
-            c.value.unwrap_or(f64::NAN)
-        ));
-    }
-    md
+    doc.para("Consistency of this run's counts (whole run, baseline to settle):");
+    doc.list(
+        checks
+            .iter()
+            .map(|c| {
+                format!(
+                    "{} {}: expected {:.0}, got {:.0}",
+                    if c.holds() { "OK  " } else { "FAIL" },
+                    c.check,
+                    c.reference.unwrap_or(f64::NAN),
+                    c.value.unwrap_or(f64::NAN)
+                )
+            })
+            .collect(),
+    );
 }
 
 #[cfg(test)]
@@ -263,7 +272,12 @@ mod tests {
             .unwrap()
             .label;
         let phases = [("outage".to_string(), 1)];
-        assert!(!markdown("t", &phases, &[plain]).contains(label));
-        assert!(markdown("t", &phases, &[judged]).contains(label));
+        let md = |s: PhaseSummary| {
+            let mut d = Doc::new("t");
+            phases_doc(&mut d, "t", &phases, &[s]);
+            d.markdown()
+        };
+        assert!(!md(plain).contains(label));
+        assert!(md(judged).contains(label));
     }
 }

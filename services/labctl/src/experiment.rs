@@ -1,7 +1,6 @@
 //! The experiments (crates/lab-experiment): `gameday`, `replay` (the main job), `ablate`, `map`,
 //! `scenarios check` (every scenario file: the fault scenarios judged, the others at smoke
-//! length), and `report` (draw a run's
-//! report.html again from its files).
+//! length), and `report` (draw any run's report again from its summary.json).
 
 use std::path::PathBuf;
 
@@ -27,8 +26,9 @@ pub enum ExperimentCommand {
         #[command(subcommand)]
         command: ScenariosCommand,
     },
-    /// (Re)draw a game day's or a replay's report.html from its run directory; given a
-    /// directory of runs (.lab/reports), write an index.html over them.
+    /// Draw a run's report again from its summary.json alone — its Markdown and report.html,
+    /// whatever the run (game day, replay, ablation, map, chain limit); given a directory of
+    /// runs (.lab/reports), write an index.html over them.
     Report {
         /// A run's directory (with summary.json and series.jsonl), or a directory of runs.
         dir: PathBuf,
@@ -62,8 +62,9 @@ pub async fn run(cmd: ExperimentCommand, g: &Globals) -> anyhow::Result<()> {
             command: ScenariosCommand::Check(args),
         } => smoke::check(&args, &eg, keys()?).await,
         ExperimentCommand::Report { dir } => {
-            let page = if dir.join("summary.json").is_file() {
-                lab_report::html::render(&dir)?
+            let page = if dir.join(lab_report::run::FILE).is_file() {
+                lab_experiment::report::draw(&dir)?;
+                dir.join("report.html")
             } else {
                 lab_report::index::render(&dir)?
             };

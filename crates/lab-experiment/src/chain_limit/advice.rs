@@ -8,6 +8,7 @@ use super::perf::ProfileTop;
 use super::pgbench::{HOT, SELECT_ONLY};
 use super::report::{num, origins_text, services_cores};
 use super::summary::{StepRow, Summary};
+use lab_report::doc::{Block, Doc};
 
 fn top<'a>(s: &'a Summary, name: &str) -> Option<&'a ProfileTop> {
     s.profile
@@ -34,7 +35,7 @@ fn own(s: &Summary, name: &str, function: &str) -> f64 {
 
 const SERVICES: [&str; 3] = ["edge-gateway-1", "orchestrator-1", "entity-service-1"];
 
-pub fn section(md: &mut String, s: &Summary) {
+pub fn section(d: &mut Doc, s: &Summary) {
     let Some(r) = s.reference() else {
         return;
     };
@@ -51,14 +52,8 @@ pub fn section(md: &mut String, s: &Summary) {
     .into_iter()
     .flatten()
     .collect();
-    let _ = writeln!(
-        md,
-        "## 7. What is cheap to fix on the hot path (for the lead; nothing here was changed)\n"
-    );
-    for (i, t) in items.iter().enumerate() {
-        let _ = writeln!(md, "{}. {t}", i + 1);
-    }
-    md.push('\n');
+    d.h2("7. What is cheap to fix on the hot path (for the lead; nothing here was changed)")
+        .push(Block::Ordered(items));
 }
 
 fn broker(s: &Summary, r: &StepRow) -> Option<String> {

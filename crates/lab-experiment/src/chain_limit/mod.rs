@@ -168,8 +168,7 @@ pub async fn run(cfg: &Config, g: &Globals, keys: Vec<ApiKeyRecord>) -> anyhow::
         profile: chain.profile,
     };
     summary.write(&out)?;
-    let md = report::markdown(&summary);
-    std::fs::write(out.join(REPORT), &md)?;
+    let md = crate::report::draw(&out)?;
     println!("\n{md}");
     say(format!("report: {}", out.join(REPORT).display()));
     Ok(out)
@@ -430,10 +429,7 @@ pub fn release_debug(cargo_toml: &str) -> String {
 
 /// Draw a run directory's report again from its `summary.json` (no measuring).
 pub fn report_only(dir: &Path) -> anyhow::Result<String> {
-    let summary = Summary::read(dir)?;
-    let md = report::markdown(&summary);
-    std::fs::write(dir.join(REPORT), &md)?;
-    Ok(md)
+    crate::report::draw(dir)
 }
 
 /// Copy a run's report to `docs/reports/chain-limit.md` and its summary to
