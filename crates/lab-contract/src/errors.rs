@@ -157,6 +157,10 @@ failures! {
         false, "an error response not built from the error table (a bug in the lab)");
     GW_UNAUTHORIZED = (EdgeGateway, "unauthorized", 401,
         false, "missing, malformed, unknown or revoked API key");
+    /// The body was still arriving when the request's 3 s budget ended (a slow upload): the
+    /// gateway let the connection go rather than hold a buffer for it.
+    GW_REQUEST_TIMEOUT = (EdgeGateway, "request_timeout", 408,
+        false, "the request body did not arrive within the request's 3 s budget: send it faster, or a smaller one");
     GW_RATE_LIMITED = (EdgeGateway, "rate_limited", 429,
         true, "the tenant is over its plan's requests per second: retry after Retry-After");
     GW_AUTH_UNAVAILABLE = (EdgeGateway, "auth_unavailable", 503,

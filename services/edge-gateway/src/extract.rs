@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::body::Body;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -99,9 +98,11 @@ pub const ATTEMPT_OUTCOMES: &[&str] = &[
 
 /// Extract the entities a document mentions.
 ///
-/// Checked in this order, each failing fast: the API key (401), the tenant's rate (429), the
-/// content type (415), the body's size (413) and shape (400); then the request is forwarded
-/// within the 3 s budget (504 when it runs out).
+/// Checked in this order, each failing fast: the API key on the headers alone (401; 503 when it
+/// cannot be verified within the budget), the tenant's rate (429), then the body is read (413
+/// past its limit, 408 still arriving when the budget ends), its content type (415) and shape
+/// (400); then the request is forwarded. One 3 s budget from the headers on covers all of it
+/// (504 when it runs out).
 #[utoipa::path(
     post,
     path = "/v1/extract",
@@ -109,8 +110,9 @@ pub const ATTEMPT_OUTCOMES: &[&str] = &[
     security(("api_key" = [])),
     params((
         "X-Request-Id" = Option<String>, Header, nullable = false,
-        description = "Your id for this request (1..=128 visible ASCII characters), echoed back; \
-                       one is made when absent or unusable.",
+        description = "Ignored: the gateway makes every request's id itself and answers it in \
+                       X-Request-Id (it picks the request's path through a canary, so a caller \
+                       cannot choose it).",
     )),
     request_body(
         content = crate::openapi::schema::ExtractRequest,
@@ -125,6 +127,8 @@ pub const ATTEMPT_OUTCOMES: &[&str] = &[
          body = crate::openapi::schema::ErrorBody),
         (status = 401, description = "`unauthorized`: missing, malformed, unknown or revoked \
          API key.", body = crate::openapi::schema::ErrorBody),
+        (status = 408, description = "`request_timeout`: the body was still arriving when the \
+         request's 3 s budget ended.", body = crate::openapi::schema::ErrorBody),
         (status = 413, description = "`payload_too_large`: the body is over 1 MiB.",
          body = crate::openapi::schema::ErrorBody),
         (status = 415, description = "`unsupported_media_type`: the body is not declared JSON.",
@@ -142,22 +146,14 @@ pub const ATTEMPT_OUTCOMES: &[&str] = &[
          below it); the work below was cancelled.", body = crate::openapi::schema::ErrorBody),
     ),
 )]
-pub async fn extract(
-    State(st): State<AppState>,
-    headers: HeaderMap,
-    body: Result<axum::body::Bytes, BytesRejection>,
-) -> Response {
+pub async fn extract(State(st): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    // The budget starts when the headers are in: the body, authentication and the limiter all
+    // spend it (a slow upload or a slow key store cannot hold a request past it).
     let started = Instant::now();
-    let request_id = headers
-        .get(headers::REQUEST_ID)
-        .and_then(|v| v.to_str().ok())
-        .filter(|v| !v.is_empty() && v.len() <= 128 && v.bytes().all(|b| b.is_ascii_graphic()))
-        .map(str::to_owned)
-        .unwrap_or_else(new_request_id);
-    let result = match body {
-        Ok(body) => handle(&st, &headers, body, started, &request_id).await,
-        Err(rejection) => Err(body_rejection(rejection)),
-    };
+    // Minted here, never taken from the client: the request id picks the hotfix canary's cohort
+    // on every hop, and a client must not choose its own path (issue 28).
+    let request_id = new_request_id();
+    let result = handle(&st, &headers, body, started, &request_id).await;
     let mut resp = match result {
         Ok(r) => r,
         Err(e) => e.into_response(),
@@ -171,14 +167,30 @@ pub async fn extract(
 async fn handle(
     st: &AppState,
     headers: &HeaderMap,
-    body: axum::body::Bytes,
+    body: Body,
     started: Instant,
     request_id: &str,
 ) -> Result<Response, ApiError> {
+    let budget = Duration::from_millis(st.budget.request_ms);
+    let deadline = started + budget;
     let auth = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
-    let tenant = st.keys.authenticate(auth).await?;
+    // Authenticated on the headers alone, before a byte of the body is read: an unknown caller
+    // costs no buffer. Inside the budget: a key store that cannot answer in time is a 503, not
+    // a request held open.
+    let tenant = match tokio::time::timeout_at(deadline.into(), st.keys.authenticate(auth)).await {
+        Ok(t) => t?,
+        Err(_) => {
+            return Err(ApiError::from_failure(
+                &errors::GW_AUTH_UNAVAILABLE,
+                format!(
+                    "the API key could not be verified within the request's {} ms budget",
+                    budget.as_millis()
+                ),
+            ))
+        }
+    };
     if let crate::ratelimit::Decision::Limited { retry_after } =
         st.limiter.check(tenant.id, tenant.rate_limit_rps).await
     {
@@ -198,10 +210,10 @@ async fn handle(
             .insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
         return Ok(resp);
     }
+    let body = read_body(body, st.limits.max_body_bytes, deadline, budget).await?;
     let req = parse(headers, body)?;
     validate(&req, &st.limits)?;
 
-    let budget = Duration::from_millis(st.budget.request_ms);
     let user_deadline_ms = (SystemTime::now() + budget.saturating_sub(started.elapsed()))
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default()
@@ -217,7 +229,6 @@ async fn handle(
     let body = bytes::Bytes::from(
         serde_json::to_vec(&internal).map_err(|e| ApiError::internal(e.to_string()))?,
     );
-    let deadline = started + budget;
 
     let forward = forward(st, &body, deadline, request_id, user_deadline_ms);
     match tokio::time::timeout_at(deadline.into(), forward).await {
@@ -234,19 +245,41 @@ async fn handle(
     }
 }
 
-fn body_rejection(rejection: BytesRejection) -> ApiError {
-    if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-        ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "payload_too_large",
-            "the request body exceeds the gateway's limit (limits.max_body_bytes)",
-        )
-    } else {
-        ApiError::bad_request(format!(
-            "cannot read the request body: {}",
-            rejection.body_text()
-        ))
+/// The body, at most `limit` bytes (413 past it), and only while the request's budget lasts: an
+/// upload still arriving at the deadline is answered 408 and its connection let go.
+async fn read_body(
+    body: Body,
+    limit: usize,
+    deadline: Instant,
+    budget: Duration,
+) -> Result<axum::body::Bytes, ApiError> {
+    match tokio::time::timeout_at(deadline.into(), axum::body::to_bytes(body, limit)).await {
+        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err(e)) => {
+            let too_large = std::error::Error::source(&e)
+                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+            Err(if too_large {
+                body_rejection_too_large()
+            } else {
+                ApiError::bad_request(format!("cannot read the request body: {e}"))
+            })
+        }
+        Err(_) => Err(ApiError::from_failure(
+            &errors::GW_REQUEST_TIMEOUT,
+            format!(
+                "the request body did not arrive within the request's {} ms budget",
+                budget.as_millis()
+            ),
+        )),
     }
+}
+
+fn body_rejection_too_large() -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "payload_too_large",
+        "the request body exceeds the gateway's limit (limits.max_body_bytes)",
+    )
 }
 
 /// Parse the body as JSON: the content type must say JSON (415 otherwise), then serde decides

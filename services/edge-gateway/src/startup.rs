@@ -23,6 +23,29 @@ const GATEWAY_BUCKETS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 2.5, 3.0,
 ];
 
+/// Every `x-lab-*` request header removed at the public door: they are the hops' own contract
+/// (`x-lab-traffic` keeps probes and warm-ups out of the user-facing series; others carry
+/// budgets and origins), and a client that sent one could hide its requests from the 5xx alert
+/// or raise the amplification ratio at will (issue 28). Nothing outside the lab sends one.
+pub async fn strip_internal_headers(
+    mut req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let internal: Vec<axum::http::HeaderName> = req
+        .headers()
+        .keys()
+        .filter(|k| k.as_str().starts_with(INTERNAL_PREFIX))
+        .cloned()
+        .collect();
+    for k in internal {
+        req.headers_mut().remove(k);
+    }
+    next.run(req).await
+}
+
+/// The prefix of every header the lab's hops send each other (lowercase: header names are).
+const INTERNAL_PREFIX: &str = "x-lab-";
+
 pub struct Application {
     server: Server,
     prober: AbortOnDrop,
@@ -94,7 +117,9 @@ impl Application {
             .layer(axum::middleware::from_fn_with_state(
                 request_metrics,
                 metrics::track,
-            ));
+            ))
+            // Outermost: what the hops below trust from each other never comes from outside.
+            .layer(axum::middleware::from_fn(strip_internal_headers));
         // Outside the layers above: the document is not an extraction and has no body limit.
         let docs = Router::new()
             .route("/openapi.json", get(crate::openapi::openapi_json))

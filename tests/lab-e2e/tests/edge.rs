@@ -1,0 +1,156 @@
+//! The public door decides (issue 28): what a client sends cannot hide its requests, choose its
+//! canary cohort, hold a buffer before it is known, or hold a request past its budget.
+
+use std::time::Duration;
+
+use entity_client::test_support::{Reply, Stub};
+use lab_e2e::{Lab, LabOptions};
+use serde_json::json;
+use testkit::{fixtures, TestDb};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// One span per document; the stub resolves none of them.
+const ONE: &str = "The payee Vega Labs confirmed.";
+
+/// How long a test waits for an answer the gateway must give by itself: far past every budget
+/// below, so only a gateway that never answers runs into it.
+const NO_ANSWER: Duration = Duration::from_secs(15);
+
+async fn lab() -> (Lab, String, Stub) {
+    let stub = Stub::start(Reply::ok().with_body(r#"{"results":[null]}"#)).await;
+    let db = TestDb::new().await;
+    let key = fixtures::tenant_with_key(&db.url, 1).await;
+    let lab = Lab::start(
+        db,
+        LabOptions {
+            entity_urls_override: Some(stub.url.clone()),
+            ..LabOptions::default()
+        },
+    )
+    .await;
+    lab.set_flag("readiness.depth", "shallow").await;
+    (lab, key.api_key, stub)
+}
+
+/// Send `head` (request line and headers, no body yet) and then `body`, and read the status
+/// line the gateway answers; `None` when it answered nothing within [`NO_ANSWER`].
+async fn raw(gateway_url: &str, head: &str, body: &[u8]) -> Option<String> {
+    let addr = gateway_url.trim_start_matches("http://");
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(head.as_bytes()).await.unwrap();
+    s.write_all(body).await.unwrap();
+    let mut buf = vec![0u8; 512];
+    let n = tokio::time::timeout(NO_ANSWER, s.read(&mut buf))
+        .await
+        .ok()?
+        .ok()?;
+    let text = String::from_utf8_lossy(&buf[..n]).into_owned();
+    text.lines().next().map(str::to_owned)
+}
+
+fn head(key: &str, content_length: usize) -> String {
+    format!(
+        "POST /v1/extract HTTP/1.1\r\nHost: gateway\r\nAuthorization: Bearer {key}\r\n\
+         Content-Type: application/json\r\nContent-Length: {content_length}\r\n\r\n"
+    )
+}
+
+#[tokio::test]
+async fn an_internal_traffic_mark_from_outside_is_stripped_and_the_request_counted() {
+    let (lab, key, _stub) = lab().await;
+    let counted = || Lab::metric(&lab.gateway.admin, "gateway_requests_total", "");
+    let before = counted().await;
+    for traffic in ["probe", "warmup", "probe", "warmup", "probe"] {
+        let resp = testkit::http()
+            .post(format!("{}/v1/extract", lab.gateway.url))
+            .bearer_auth(&key)
+            .header("x-lab-traffic", traffic)
+            .json(&json!({"doc_id": "d", "text": ONE}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+    }
+    assert_eq!(counted().await - before, 5.0, "every request counted");
+    let hidden = Lab::metric(&lab.gateway.admin, "gateway_internal_requests_total", "").await;
+    assert_eq!(hidden, 0.0, "nothing from outside is internal traffic");
+}
+
+#[tokio::test]
+async fn a_client_cannot_choose_its_request_id_and_with_it_its_canary_cohort() {
+    let (lab, key, _stub) = lab().await;
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let resp = testkit::http()
+            .post(format!("{}/v1/extract", lab.gateway.url))
+            .bearer_auth(&key)
+            .header("x-request-id", "always-the-canary")
+            .json(&json!({"doc_id": "d", "text": ONE}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        let id = resp.headers()["x-request-id"].to_str().unwrap().to_owned();
+        assert_ne!(id, "always-the-canary", "the gateway mints the id");
+        seen.push(id);
+    }
+    seen.dedup();
+    assert_eq!(seen.len(), 3, "one id per request: {seen:?}");
+}
+
+#[tokio::test]
+async fn an_unknown_caller_is_refused_before_a_byte_of_its_body_is_read() {
+    let (lab, _key, _stub) = lab().await;
+    // A declared 1 MB body that never comes: a gateway reading bodies before keys waits for it.
+    let status = raw(&lab.gateway.url, &head("not-a-key", 1_000_000), b"").await;
+    assert_eq!(status.as_deref(), Some("HTTP/1.1 401 Unauthorized"));
+}
+
+#[tokio::test]
+async fn a_slow_upload_is_answered_408_when_the_budget_ends_not_held_open() {
+    let (lab, key, _stub) = lab().await;
+    // Ten bytes of a thousand, then nothing: the 3 s budget ends while the body is due.
+    let status = raw(&lab.gateway.url, &head(&key, 1_000), b"{\"doc_id\":").await;
+    assert_eq!(status.as_deref(), Some("HTTP/1.1 408 Request Timeout"));
+    let counted = Lab::metric(
+        &lab.gateway.admin,
+        "lab_errors_total",
+        "origin=\"request_timeout\"",
+    )
+    .await;
+    assert_eq!(counted, 1.0, "by its error-table row");
+}
+
+#[tokio::test]
+async fn a_never_seen_key_is_answered_within_the_budget_while_api_keys_is_locked() {
+    use sqlx::{Connection, Executor};
+    let (lab, _key, _stub) = lab().await;
+    let fresh = fixtures::tenant_with_key(&lab.db.url, 2).await;
+    let mut locker = sqlx::PgConnection::connect(&lab.db.url).await.unwrap();
+    locker.execute("BEGIN").await.unwrap();
+    locker
+        .execute("LOCK TABLE api_keys IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    let resp = testkit::http()
+        .post(format!("{}/v1/extract", lab.gateway.url))
+        .bearer_auth(&fresh.api_key)
+        .timeout(NO_ANSWER)
+        .json(&json!({"doc_id": "d", "text": ONE}))
+        .send()
+        .await;
+    locker.execute("ROLLBACK").await.unwrap();
+    let resp = resp.expect("an answer, not a request held while the key store is locked");
+    assert_eq!(resp.status(), 503);
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "auth_unavailable", "{body}");
+    // The lock gone, the same key works.
+    let ok = testkit::http()
+        .post(format!("{}/v1/extract", lab.gateway.url))
+        .bearer_auth(&fresh.api_key)
+        .json(&json!({"doc_id": "d", "text": ONE}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ok.status(), 200);
+}
