@@ -148,6 +148,9 @@ pub struct HttpMetrics {
     /// The public edge: errors are counted by origin but the origin is not put on the wire (it
     /// names internal hops; users get the row's code and meaning in the body).
     public: bool,
+    /// The server span joins the caller's `traceparent`: always between the lab's hops; at the
+    /// public edge only when configured (a client must not choose trace ids or sampling).
+    trust_caller_trace: bool,
 }
 
 struct HttpMetricsInner {
@@ -204,12 +207,21 @@ impl HttpMetrics {
             }),
             span_name: None,
             public: false,
+            trust_caller_trace: true,
         }
     }
 
-    /// These routes face users: never send `x-lab-error-origin` to the caller.
+    /// These routes face users: never send `x-lab-error-origin` to the caller, and start every
+    /// request's trace here unless [`HttpMetrics::trusting_caller_trace`] says otherwise.
     pub fn public(mut self) -> Self {
         self.public = true;
+        self.trust_caller_trace = false;
+        self
+    }
+
+    /// Whether the server span joins the caller's `traceparent`.
+    pub fn trusting_caller_trace(mut self, trust: bool) -> Self {
+        self.trust_caller_trace = trust;
         self
     }
 
@@ -332,7 +344,7 @@ pub async fn track(State(m): State<HttpMetrics>, req: Request, next: Next) -> Re
 }
 
 /// The server span of one request: named by [`HttpMetrics::with_span_name`], parented by the
-/// request's `traceparent`.
+/// request's `traceparent` where the caller is trusted with it.
 fn server_span(m: &HttpMetrics, req: &Request) -> tracing::Span {
     let name = m
         .span_name
@@ -348,6 +360,8 @@ fn server_span(m: &HttpMetrics, req: &Request) -> tracing::Span {
         otel.status_code = tracing::field::Empty,
         otel.status_description = tracing::field::Empty,
     );
-    crate::telemetry::propagation::set_parent_from_headers(&span, req.headers());
+    if m.trust_caller_trace {
+        crate::telemetry::propagation::set_parent_from_headers(&span, req.headers());
+    }
     span
 }

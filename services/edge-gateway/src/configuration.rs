@@ -13,10 +13,20 @@ pub struct Settings {
     pub auth: AuthSettings,
     pub budget: BudgetSettings,
     pub upstream: UpstreamSettings,
+    pub edge: EdgeSettings,
     pub limits: LimitSettings,
     pub flags: lab_flags::FlagSettings,
     pub legacy: LegacySettings,
     pub ratelimit: crate::ratelimit::RateLimitSettings,
+}
+
+/// What the public door takes from its callers.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EdgeSettings {
+    /// Parent the request's trace on the caller's `traceparent` (off: every request starts a
+    /// trace of its own here).
+    pub trust_traceparent: bool,
 }
 
 /// How the gateway behaves when `client.mode = legacy` (the postmortem's gateway).

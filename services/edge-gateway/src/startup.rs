@@ -107,7 +107,8 @@ impl Application {
             GATEWAY_BUCKETS,
         )
         .with_span_name("edge-gateway.HandleExtract")
-        .public();
+        .public()
+        .trusting_caller_trace(settings.edge.trust_traceparent);
         let api = Router::new()
             .route("/v1/extract", post(extract::extract))
             .with_state(state)

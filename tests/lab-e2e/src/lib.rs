@@ -17,6 +17,8 @@ pub struct LabOptions {
     pub gateway_budget_ms: u64,
     pub auth_cache_ttl_ms: u64,
     pub max_body_bytes: usize,
+    /// The gateway takes the caller's `traceparent` (on: tests find their traces by it).
+    pub gateway_trusts_traceparent: bool,
     /// Flag store namespace; a fresh random one per lab keeps tests apart from each other and
     /// from a running native lab.
     pub flags_namespace: String,
@@ -81,6 +83,7 @@ impl Default for LabOptions {
             gateway_budget_ms: 3000,
             auth_cache_ttl_ms: 10_000,
             max_body_bytes: 1 << 20,
+            gateway_trusts_traceparent: true,
             flags_namespace: format!("lab-e2e-{:016x}", rand::random::<u64>()),
             cache_capacity: None,
             extra_gateways: 0,
@@ -313,6 +316,8 @@ impl Lab {
             s.http.drain_seconds = opts.gateway_budget_ms / 1000 + 1;
             s.auth.cache_ttl_ms = opts.auth_cache_ttl_ms;
             s.limits.max_body_bytes = opts.max_body_bytes;
+            // The tests find their requests' traces by the traceparent they send.
+            s.edge.trust_traceparent = opts.gateway_trusts_traceparent;
             s.flags = flag_settings.clone();
             s.ratelimit.redis_url = opts
                 .ratelimit_redis_url

@@ -17,6 +17,10 @@ const ONE: &str = "The payee Vega Labs confirmed.";
 const NO_ANSWER: Duration = Duration::from_secs(15);
 
 async fn lab() -> (Lab, String, Stub) {
+    lab_trusting(true).await
+}
+
+async fn lab_trusting(traceparent: bool) -> (Lab, String, Stub) {
     let stub = Stub::start(Reply::ok().with_body(r#"{"results":[null]}"#)).await;
     let db = TestDb::new().await;
     let key = fixtures::tenant_with_key(&db.url, 1).await;
@@ -24,6 +28,7 @@ async fn lab() -> (Lab, String, Stub) {
         db,
         LabOptions {
             entity_urls_override: Some(stub.url.clone()),
+            gateway_trusts_traceparent: traceparent,
             ..LabOptions::default()
         },
     )
@@ -153,4 +158,38 @@ async fn a_never_seen_key_is_answered_within_the_budget_while_api_keys_is_locked
         .await
         .unwrap();
     assert_eq!(ok.status(), 200);
+}
+
+#[tokio::test]
+async fn a_clients_traceparent_does_not_choose_the_trace_at_a_public_door() {
+    let spans = lab_core::telemetry::recorder::global();
+    let (lab, key, _stub) = lab_trusting(false).await;
+    let trace_id = format!("{:032x}", rand::random::<u128>() | 1);
+    let parent = format!("{:016x}", rand::random::<u64>() | 1);
+    let resp = testkit::http()
+        .post(format!("{}/v1/extract", lab.gateway.url))
+        .bearer_auth(&key)
+        .header("traceparent", format!("00-{trace_id}-{parent}-01"))
+        .json(&json!({"doc_id": "d", "text": ONE}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    // The gateway's span of it is a root: wait until one is recorded, then look for the
+    // client's trace.
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while spans.named("edge-gateway.HandleExtract").is_empty() && std::time::Instant::now() < until
+    {
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let gateway = spans.named("edge-gateway.HandleExtract");
+    assert!(!gateway.is_empty(), "the request's span was recorded");
+    assert!(
+        gateway.iter().all(|s| s.parent_span_id.is_none()),
+        "every request's trace starts at the gateway: {gateway:#?}"
+    );
+    assert!(
+        spans.trace(&trace_id).is_empty(),
+        "no hop joined the client's trace"
+    );
 }

@@ -63,6 +63,17 @@ impl Recorder {
             .collect()
     }
 
+    /// Every span called `name` recorded so far, whatever its trace.
+    pub fn named(&self, name: &str) -> Vec<RecordedSpan> {
+        self.spans
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|s| s.name == name)
+            .cloned()
+            .collect()
+    }
+
     /// Poll (every 25 ms, up to `timeout`) until the spans of `trace_id` satisfy `done`, and
     /// return them; on timeout, return what there is (the caller's assertions then say what is
     /// missing).
