@@ -479,27 +479,28 @@ fn calibration_doc(d: &mut Doc, cal: &Calibration) {
     for (what, value) in [
         (
             "healthy capacity (closed loop, warm)",
-            format!("{:.0} rps", cal.healthy_capacity_rps),
+            measured(cal.healthy_capacity_rps, |v| format!("{v:.0} rps")),
         ),
         (
             "stale-plan capacity",
-            format!(
-                "{:.0} rps ({:.2}× healthy)",
-                cal.stale_capacity_rps, cal.stale_over_healthy
-            ),
+            measured(cal.stale_capacity_rps, |v| {
+                format!("{v:.0} rps ({:.2}× healthy)", cal.stale_over_healthy)
+            }),
         ),
         ("replay rate", format!("{:.0} rps", cal.rate)),
         (
             "healthy utilisation at that rate",
-            format!(
-                "{:.0}%{}",
-                100.0 * cal.healthy_utilisation,
-                if cal.healthy_utilisation_ok {
-                    ""
-                } else {
-                    " (**above 60%**)"
-                }
-            ),
+            measured(cal.healthy_utilisation, |u| {
+                format!(
+                    "{:.0}%{}",
+                    100.0 * u,
+                    if cal.healthy_utilisation_ok {
+                        ""
+                    } else {
+                        " (**above 60%**)"
+                    }
+                )
+            }),
         ),
         (
             "steady orchestrator RSS",
@@ -525,6 +526,15 @@ fn calibration_doc(d: &mut Doc, cal: &Calibration) {
         t.row(vec![what.into(), value.into()]);
     }
     d.h2("Calibration").table(t).list(cal.notes.clone());
+}
+
+/// `v` as `show` puts it, or "not measured" (`--rate` skips the calibration: no capacity).
+fn measured(v: f64, show: impl Fn(f64) -> String) -> String {
+    if v.is_finite() {
+        show(v)
+    } else {
+        "not measured".into()
+    }
 }
 
 /// The postmortem's steps, one row each: per mode the checks measured and the verdict.

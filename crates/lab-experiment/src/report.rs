@@ -147,6 +147,26 @@ mod tests {
     use lab_report::html;
 
     #[test]
+    fn a_replay_given_its_rate_says_its_capacities_were_not_measured_not_nan() {
+        let mut s = published_replay();
+        for k in [
+            "healthy_capacity_rps",
+            "stale_capacity_rps",
+            "healthy_utilisation",
+        ] {
+            s["calibration"][k] = Value::Null;
+        }
+        let (dir, md) = draw_json(&s);
+        let md = md.unwrap();
+        assert!(!md.contains("NaN"), "{md}");
+        assert!(
+            md.contains("| healthy capacity (closed loop, warm) | not measured |"),
+            "{md}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn a_verdict_that_does_not_read_is_an_error_naming_the_run_not_a_silent_gap() {
         let mut s = published_replay();
         s["modes"][0]["steps"][0]["outcome"] = "maybe".into();
