@@ -237,7 +237,12 @@ impl Client {
             traffic,
         };
         // The parent stays in this (the caller's) future; the child goes with the work.
-        let (parent, child) = self.inner.metrics_for(traffic).span_pair();
+        // With a Go handler above (LAB-BUG(go-handler)) the caller's future runs on after the
+        // gateway hangs up: the hang-up, not this future's drop, is when the caller left.
+        let (parent, child) = self
+            .inner
+            .metrics_for(traffic)
+            .span_pair_with(ctx.caller_gone.clone());
         // The span is opened HERE, in the caller's context — a child of `orchestrator.Extract`,
         // in the end user's trace — and then carried into the detached task below. So when the
         // caller is gone, its trace shows what the postmortem's Jaeger waterfall showed at 10:41:

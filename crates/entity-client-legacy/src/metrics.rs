@@ -14,10 +14,11 @@
 //! - `entity_retries_total{class}`: retries, counted when the next `client.Do` starts, after the
 //!   backoff sleep (the sleep after the LAST attempt is not a retry and is not counted).
 //! - `entity_abandoned_total`: attempts that COMPLETED after the caller had gone (the awaiting
-//!   future was dropped): each one ran its whole length for nobody. Fixed counts the attempts it
+//!   future was dropped, or — under a handler that runs on as a Go handler does — the gateway
+//!   hung up on it: `CallContext::caller_gone`): each one ran its whole length for nobody. Fixed counts the attempts it
 //!   CUT when the caller went away; both answer "how many attempts' answers did nobody use?".
 //! - `otel_span_orphaned_total{span="entity.Resolve"}`: the detached retry loop finishing after
-//!   the caller was dropped — "a child span outliving its parent ... has exactly one meaning:
+//!   the caller was gone (dropped, or hung up on as above) — "a child span outliving its parent ... has exactly one meaning:
 //!   cancellation isn't propagating".
 //! - `entity_pool_slots{state}`: `in_use` per-host slots held by attempts, `waiting` attempts
 //!   parked for a slot.

@@ -320,6 +320,13 @@ impl ClientMetrics {
     /// (legacy): the [`ParentSpan`] stays in the caller's future, the [`ChildSpan`] goes with the
     /// work. When the child ends after the parent has ended, `otel_span_orphaned_total` counts it.
     pub fn span_pair(&self) -> (ParentSpan, ChildSpan) {
+        self.span_pair_with(None)
+    }
+
+    /// The same, where the caller can also leave before the parent ends (`caller_gone`, set at
+    /// its hang-up: a handler that runs on as a Go handler does): the child ending after either
+    /// is an orphan.
+    pub fn span_pair_with(&self, caller_gone: Option<Arc<AtomicBool>>) -> (ParentSpan, ChildSpan) {
         let parent_ended = Arc::new(AtomicBool::new(false));
         (
             ParentSpan {
@@ -327,6 +334,7 @@ impl ClientMetrics {
             },
             ChildSpan {
                 parent_ended,
+                caller_gone,
                 orphaned: self.families.orphaned.with_label_values(&[RESOLVE_SPAN]),
             },
         )
@@ -480,6 +488,9 @@ impl Drop for ParentSpan {
 /// parent, `otel_span_orphaned_total{span="entity.Resolve"}` counts one orphan.
 pub struct ChildSpan {
     parent_ended: Arc<AtomicBool>,
+    /// The caller's hang-up, where the parent itself runs on after it (see
+    /// [`ClientMetrics::span_pair_with`]).
+    caller_gone: Option<Arc<AtomicBool>>,
     orphaned: IntCounter,
 }
 
@@ -487,6 +498,10 @@ impl ChildSpan {
     /// Has the caller already gone? (Legacy counts attempts completing after this as abandoned.)
     pub fn parent_ended(&self) -> bool {
         self.parent_ended.load(Ordering::Acquire)
+            || self
+                .caller_gone
+                .as_ref()
+                .is_some_and(|g| g.load(Ordering::Acquire))
     }
 }
 

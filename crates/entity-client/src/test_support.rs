@@ -326,6 +326,7 @@ pub fn ctx() -> CallContext {
         deadline: None,
         request_id: Some("req-1".into()),
         observe_user_deadline: Some("1749631424882".into()),
+        caller_gone: None,
     }
 }
 

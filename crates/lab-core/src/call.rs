@@ -11,6 +11,10 @@ pub struct CallContext {
     pub request_id: Option<String>,
     /// The observation-only end-user deadline header value, forwarded unchanged.
     pub observe_user_deadline: Option<String>,
+    /// Set when the caller hung up, for work that runs on without it (a Go handler's): what
+    /// ends after it counts as an orphan. Observed only — nothing is cancelled by it. `None`:
+    /// the work is the caller's future and ends with it.
+    pub caller_gone: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl CallContext {

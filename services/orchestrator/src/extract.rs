@@ -15,7 +15,11 @@ use lab_core::http::{ApiError, JsonBody};
 use lab_kafka::EventProducer;
 
 use lab_core::call::CallContext;
+use lab_flags::Snapshot;
+use prometheus::IntCounter;
+use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::cache::{CacheKey, ResolutionCache};
 use crate::entity::{mode_for, EntityClients, Mode};
@@ -30,6 +34,30 @@ pub struct AppState {
     pub dispatch_total: Duration,
     /// `doc.ingested` publishing (None: off).
     pub events: Option<Arc<EventProducer>>,
+    /// Legacy handlers whose caller hung up before the answer, counted at the hang-up; each
+    /// runs on to the end (`orchestrator_handlers_orphaned_total`).
+    pub orphaned: IntCounter,
+    /// Every legacy handler's task: drained (bounded) when the replica stops.
+    pub handlers: tokio_util::task::TaskTracker,
+}
+
+/// Counts a legacy handler whose caller left before its answer: the future awaiting the
+/// handler's task is dropped with the connection, and this with it, unarmed. It also marks the
+/// hang-up for the work running on (`CallContext::caller_gone`): what ends after it is an orphan
+/// (`otel_span_orphaned_total`), as the work under a dropped handler was before.
+struct CallerWaiting {
+    orphaned: IntCounter,
+    gone: Arc<AtomicBool>,
+    answered: bool,
+}
+
+impl Drop for CallerWaiting {
+    fn drop(&mut self) {
+        if !self.answered {
+            self.gone.store(true, Ordering::Release);
+            self.orphaned.inc();
+        }
+    }
 }
 
 pub async fn extract(
@@ -46,7 +74,8 @@ pub async fn extract(
     let flags = st.entity.flags().snapshot();
     let now = Instant::now();
     let request_id = header(headers::REQUEST_ID);
-    let deadline = match mode_for(&flags, request_id.as_deref()) {
+    let mode = mode_for(&flags, request_id.as_deref());
+    let deadline = match mode {
         // LAB-BUG(timeout-inversion): the legacy path has no deadline of its own and reads none;
         // only its client's 10 s package default bounds an attempt.
         Mode::Legacy => None,
@@ -61,12 +90,52 @@ pub async fn extract(
             Some(caller.map_or(own, |c| c.min(own)))
         }
     };
-    let ctx = CallContext {
+    let mut ctx = CallContext {
         deadline,
         request_id,
         observe_user_deadline: header(headers::OBSERVE_USER_DEADLINE),
+        caller_gone: None,
     };
+    match mode {
+        // LAB-BUG(go-handler): the postmortem's orchestrator was a Go net/http handler. Nothing
+        // cancels a handler goroutine when its caller hangs up, and the legacy client ignores the
+        // request's context, so the handler runs to the end: it waits for the orphaned resolve,
+        // fills the LRU with what it brought back, publishes its event and writes its answer into
+        // a closed connection. An axum handler is a future dropped with its connection (the
+        // cache fill after an orphaned resolve would never run); spawning the handler's work and
+        // awaiting it gives it a goroutine's lifetime. What it holds meanwhile (the document, its
+        // answers) is held as a goroutine holds its buffers.
+        Mode::Legacy => {
+            let gone = Arc::new(AtomicBool::new(false));
+            ctx.caller_gone = Some(gone.clone());
+            let mut waiting = CallerWaiting {
+                orphaned: st.orphaned.clone(),
+                gone,
+                answered: false,
+            };
+            let st_handlers = st.handlers.clone();
+            let work = handle(st, req, ctx, flags, now).instrument(tracing::Span::current());
+            let out = st_handlers
+                .spawn(work)
+                .await
+                .map_err(|e| ApiError::internal(format!("the extract handler's task failed: {e}")));
+            waiting.answered = true;
+            out?
+        }
+        // LAB-FIX(go-handler): the fixed path is cancelled with its caller: when the gateway
+        // hangs up, the resolve, its retries and everything after them stop.
+        Mode::Resilient => handle(st, req, ctx, flags, now).await,
+    }
+}
 
+/// The handler's work, after the request is read and its deadline set.
+async fn handle(
+    st: AppState,
+    req: InternalExtractRequest,
+    ctx: CallContext,
+    flags: Arc<Snapshot>,
+    now: Instant,
+) -> Result<Json<ExtractResponse>, ApiError> {
     let units = plan(&req.text);
     let mut answers: Vec<Option<Option<Resolution>>> = Vec::with_capacity(units.len());
     let mut misses: Vec<usize> = Vec::new();

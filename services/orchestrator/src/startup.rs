@@ -23,7 +23,15 @@ pub struct Application {
     server: Server,
     cache: Arc<ResolutionCache>,
     events: Option<Arc<EventProducer>>,
+    handlers: tokio_util::task::TaskTracker,
 }
+
+/// How long a stopping orchestrator waits, after the HTTP drain, for legacy handlers still
+/// running after their callers hung up (LAB-BUG(go-handler)) — so their cache fills and events
+/// are not cut mid-way: 2 s is what the native lab's supervisor (15 s before SIGKILL) leaves after
+/// the 10 s HTTP drain and the 3 s event flush. What is still running then is logged, with its
+/// count, and dropped with the process.
+const HANDLER_DRAIN: Duration = Duration::from_secs(2);
 
 /// How long a stopping orchestrator waits for its queued `doc.ingested` events to reach the
 /// broker, after the HTTP drain (10 s): 3 s keeps the whole stop under the 15 s the native lab's
@@ -49,12 +57,23 @@ impl Application {
             CALLEE_BUCKETS,
         )
         .with_span_name("orchestrator.Extract");
+        let handlers = tokio_util::task::TaskTracker::new();
         let state = AppState {
+            handlers: handlers.clone(),
             cache: cache.clone(),
             entity: entity.clone(),
             batch_size: settings.entity.batch_size,
             dispatch_total: table.orchestrator.total,
             events: events.clone(),
+            orphaned: metrics.register(
+                prometheus::IntCounter::new(
+                    "orchestrator_handlers_orphaned_total",
+                    "Legacy extract handlers whose caller hung up before the answer (counted at \
+                     the hang-up); each runs on to the end (cache fill, event, answer into a \
+                     closed connection), as a Go handler does",
+                )
+                .expect("valid metric"),
+            ),
         };
         let api = Router::new()
             .route("/internal/extract", post(extract::extract))
@@ -68,6 +87,7 @@ impl Application {
             server,
             cache,
             events,
+            handlers,
         })
     }
 
@@ -90,6 +110,16 @@ impl Application {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
         let served = self.server.run_until_stopped(shutdown).await;
+        self.handlers.close();
+        if tokio::time::timeout(HANDLER_DRAIN, self.handlers.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                running = self.handlers.len(),
+                "legacy handlers still running after their callers left; dropped with the process"
+            );
+        }
         if let Some(events) = self.events {
             // Blocking (librdkafka's flush): off the async threads. What is still queued after it
             // is purged when the producer drops, and counted.

@@ -62,3 +62,78 @@ async fn resilient_abandons_no_entity_service_work() {
     let (requests, seconds) = abandoned_after_one_request("resilient").await;
     assert_eq!((requests, seconds), (0.0, 0.0));
 }
+
+/// One document sent straight to the orchestrator by a caller that hangs up after 200 ms, while
+/// entity-service answers in 300 ms: inside the fixed client's 700 ms attempt, so a handler that
+/// ran on would cache the answer in either mode. Then, for up to 8 s, the orchestrator's cache
+/// entries and its orphaned handlers, once both have stopped moving.
+async fn cache_after_a_hung_up_request(mode: &str) -> (f64, f64) {
+    let db = TestDb::new().await;
+    let key = fixtures::tenant_with_key(&db.url, 1).await;
+    fixtures::entities(&db.url, &[(10, 1, "organization", "Vega Labs", 100)]).await;
+    let lab = Lab::start(
+        db,
+        LabOptions {
+            orchestrators: 1,
+            ..LabOptions::default()
+        },
+    )
+    .await;
+    lab.set_flag("readiness.depth", "shallow").await;
+    lab.set_flag("client.mode", mode).await;
+    lab.set_flag("fault.entity.latency_ms", "300").await;
+    let impatient = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_millis(200))
+        .build()
+        .unwrap();
+    let sent = impatient
+        .post(format!("{}/internal/extract", lab.orchestrators[0].url))
+        .json(&json!({
+            "tenant_id": key.tenant_id,
+            "doc_id": "d",
+            "text": "The payee Vega Labs confirmed.",
+        }))
+        .send()
+        .await;
+    assert!(
+        sent.as_ref().is_err_and(|e| e.is_timeout()),
+        "the caller hangs up first: {sent:?}"
+    );
+    let orch = &lab.orchestrators[0].admin;
+    let read = || async {
+        (
+            Lab::metric(orch, "orchestrator_cache_entries", "").await,
+            Lab::metric(orch, "orchestrator_handlers_orphaned_total", "").await,
+        )
+    };
+    let mut last = read().await;
+    for _ in 0..16 {
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        let now = read().await;
+        if now == last && now.0 > 0.0 {
+            break;
+        }
+        last = now;
+    }
+    last
+}
+
+#[tokio::test]
+async fn a_legacy_handler_runs_on_after_its_caller_hangs_up_and_fills_the_cache() {
+    let (entries, orphaned) = cache_after_a_hung_up_request("legacy").await;
+    // Go's semantics (LAB-BUG(go-handler)): the handler its caller left finished its work: the
+    // answer it waited for is in the cache, and it was counted.
+    assert_eq!(orphaned, 1.0, "handlers whose caller left");
+    assert!(
+        entries >= 1.0,
+        "the orphaned handler filled the cache: {entries}"
+    );
+}
+
+#[tokio::test]
+async fn a_fixed_handler_is_cancelled_with_its_caller() {
+    // The same hang-up: the fixed handler is dropped with its connection (LAB-FIX(go-handler)),
+    // so the answer entity-service gave in 300 ms is never cached (spawned, it would be).
+    let (entries, orphaned) = cache_after_a_hung_up_request("resilient").await;
+    assert_eq!((entries, orphaned), (0.0, 0.0));
+}
