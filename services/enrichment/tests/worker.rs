@@ -309,6 +309,17 @@ async fn a_paused_group_reports_exactly_the_backlog_as_lag() {
     // measurements of its 12 partitions, and the broker counter has not moved.
     const ENDS: &str = "enrichment_lag_log_ends_total";
     let (fetch, broker) = ("source=\"fetch\"", "source=\"broker\"");
+    // Until librdkafka's first statistics arrive the worker has no fetch log ends and asks the
+    // broker; the zero lag above may come from such a round, and the round after it may still be
+    // in flight. Wait for one whole round from fetches: rounds run one after another, so every
+    // round counted from here began with the worker's fetch log ends in hand (a CI run read the
+    // broker counter 12 above its start when it did not wait).
+    assert!(
+        w.wait_metric_at_least(ENDS, fetch, 12.0, Duration::from_secs(10))
+            .await
+            >= 12.0,
+        "a consuming worker's log ends come from its fetches"
+    );
     let broker0 = w.metric(ENDS, broker).await;
     let fetch0 = w.metric(ENDS, fetch).await;
     assert!(
