@@ -24,7 +24,8 @@ const GATEWAY = __ENV.GATEWAY || 'http://127.0.0.1:8080';
 const GATEWAY_METRICS = __ENV.GATEWAY_METRICS || 'http://127.0.0.1:9080';
 const ENTITY_METRICS = (__ENV.ENTITY_METRICS || 'http://127.0.0.1:9201,http://127.0.0.1:9202').split(',');
 const DATA_DIR = __ENV.DATA_DIR || '../../.lab/data';
-// 75 rps: the postmortem's 37.5 rps per orchestrator pod, times the lab's 2 orchestrators.
+// 75 rps: the postmortem's 37.5 rps per orchestrator pod, times 2 orchestrators (`labctl up`
+// now runs 3: RATE=112 keeps the per-pod number; load/README.md).
 const RATE = parseInt(__ENV.RATE || '75', 10);
 const DURATION = __ENV.DURATION || '60s';
 

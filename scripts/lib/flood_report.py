@@ -61,7 +61,7 @@ def main(out, tenant_rate, flood_rate, duration):
 `scripts/flood-check.sh`: {tenant_rate} rps of real tenants' documents and {flood_rate} rps of
 well-formed, never-seen key ids (`rsl_<random>_<random>`), both open loop (k6, load/k6/flood.js),
 for {duration}, each run on a fresh native lab (release build, `--small` seed, 1 gateway with
-its 4 key-store connections, 2 orchestrators, 2 entity-services). Goodput: 200 within the 3 s
+its 4 key-store connections, 3 orchestrators, 2 entity-services behind one Service address). Goodput: 200 within the 3 s
 budget, per real request sent. Every number below is measured by that run.
 
 | run | key store | flood sent | tenant requests | tenant goodput | tenant p50 ms | tenant p99 ms | flood p99 ms | what the flood got | gateway CPU s |

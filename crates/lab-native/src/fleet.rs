@@ -16,10 +16,14 @@ pub struct UpArgs {
     /// gateway replicas (the gateway spreads over orchestrators; 1 is the lab's shape).
     #[arg(long, default_value_t = 1)]
     pub gateways: u16,
-    /// orchestrator replicas (2: enough for the deep-readiness cascade to remove one).
-    #[arg(long, default_value_t = 2)]
+    /// orchestrator replicas. 3: the postmortem's 24 orchestrator pods to 16 entity-service
+    /// pods (3:2), scaled down to 2 entity-services; three is also a fleet the deep-readiness
+    /// cascade can take apart one replica at a time, concentrating load on the survivors, where
+    /// two made it all or nothing (issue 26, hypothesis 2).
+    #[arg(long, default_value_t = 3)]
     pub orchestrators: u16,
-    /// entity-service replicas (2: the callee is a fleet, as in the postmortem).
+    /// entity-service replicas (2: the callee is a fleet, as in the postmortem; 2 × 16
+    /// PostgreSQL connections fit the machine's PostgreSQL).
     #[arg(long, default_value_t = 2)]
     pub entity_services: u16,
     /// First gateway port; further replicas take the next ports.
@@ -29,6 +33,18 @@ pub struct UpArgs {
     pub orchestrator_port: u16,
     #[arg(long, default_value_t = 8201)]
     pub entity_port: u16,
+    /// How the orchestrators address entity-service. `service` (the default, and what compose
+    /// and kind give): ONE address, a Service run by the supervisor that balances each new
+    /// connection over the ready replicas — the postmortem's shape, where each pod's 64
+    /// connection slots (`MaxConnsPerHost`) were for all of entity-service. `replicas`: every
+    /// replica's own address, balanced per request by the client, 64 slots per replica (the
+    /// lab's shape before issue 26; kept to measure what the Service changes).
+    #[arg(long, value_enum, default_value_t = EntityAddress::Service)]
+    pub entity_address: EntityAddress,
+    /// The entity-service Service's port (with `--entity-address service`). Default: the port
+    /// below `--entity-port` (8200), so a lab moved to other ports moves its Service too.
+    #[arg(long)]
+    pub entity_service_port: Option<u16>,
     /// enrichment workers (consumer group enrichment-workers; 2 share the 12 partitions).
     #[arg(long, default_value_t = 2)]
     pub enrichment_workers: u16,
@@ -82,6 +98,15 @@ pub struct UpArgs {
     /// service's configuration, applied after labctl's own (ports, URLs) so it wins.
     #[arg(long = "env", value_name = "SERVICE:KEY=VALUE")]
     pub env: Vec<String>,
+}
+
+/// How the orchestrators address entity-service (`labctl up --entity-address`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum EntityAddress {
+    /// One Service address, balanced per connection over the ready replicas.
+    Service,
+    /// Every replica's own address, balanced per request by the client.
+    Replicas,
 }
 
 /// `SERVICE:KEY=VALUE` → (service, key, value), refused with what to write instead.
@@ -144,9 +169,31 @@ pub fn plan(args: &UpArgs, database_url: &str, state_dir: &Path) -> anyhow::Resu
         .collect();
     let mut procs = entity_services(&entity_ports, &dbs.entity, &shared);
     let kafka = lab_kafka::bootstrap_servers(&args.kafka);
+    let service_port = args
+        .entity_service_port
+        .unwrap_or(args.entity_port.saturating_sub(1));
+    let (entity_urls, services) = match args.entity_address {
+        EntityAddress::Service => (
+            url(service_port),
+            vec![crate::service::ServicePlan {
+                name: Service::EntityService.as_str().into(),
+                port: service_port,
+                endpoints_file: absolute(&supervise::endpoints_file(
+                    state_dir,
+                    Service::EntityService.as_str(),
+                )),
+                probe: crate::service::ProbePlan::entity_service(),
+                ready_file: absolute(&supervise::service_ready_file(
+                    state_dir,
+                    Service::EntityService.as_str(),
+                )),
+            }],
+        ),
+        EntityAddress::Replicas => (url_list(entity_ports.iter().copied()), Vec::new()),
+    };
     procs.extend(orchestrators(
         &orch_ports,
-        &entity_ports,
+        &entity_urls,
         kafka.as_deref(),
         policy.as_ref(),
         &shared,
@@ -167,6 +214,7 @@ pub fn plan(args: &UpArgs, database_url: &str, state_dir: &Path) -> anyhow::Resu
         state_dir: state_dir.to_path_buf(),
         procs,
         traces,
+        services,
     })
 }
 
@@ -322,20 +370,19 @@ fn entity_services(ports: &[u16], db: &str, shared: &SharedEnv) -> Vec<ProcSpec>
         .collect()
 }
 
-/// The orchestrator replicas, one per port: every entity-service replica as their callee, the
-/// brokers they publish doc.ingested to, and the retry policy they load.
+/// The orchestrator replicas, one per port: entity-service at `entity_urls` (its Service, or
+/// every replica), the brokers they publish doc.ingested to, and the retry policy they load.
 fn orchestrators(
     ports: &[u16],
-    entity_ports: &[u16],
+    entity_urls: &str,
     kafka: Option<&str>,
     policy: Option<&crate::policy::Policy>,
     shared: &SharedEnv,
 ) -> Vec<ProcSpec> {
-    let entity_urls = url_list(entity_ports.iter().copied());
     let mut procs = Vec::new();
     for (i, port) in ports.iter().enumerate() {
         let mut env = BTreeMap::new();
-        env.insert("LAB_ENTITY__URLS".into(), entity_urls.clone());
+        env.insert("LAB_ENTITY__URLS".into(), entity_urls.to_string());
         if let Some(k) = kafka {
             env.insert("LAB_KAFKA__BROKERS".into(), k.to_string());
             // One event per batch: tansu's high watermark is wrong after a batched produce, which
@@ -489,8 +536,8 @@ fn with_enrichment_group(args: &UpArgs) -> anyhow::Result<(UpArgs, bool)> {
     Ok((args, fresh_group))
 }
 
-/// Refuse to start when a service binary is missing or a port the plan needs (a replica's, or
-/// the trace receiver's) is in use.
+/// Refuse to start when a service binary is missing or a port the plan needs (a replica's, a
+/// Service's, or the trace receiver's) is in use.
 fn preflight(plan: &Plan) -> anyhow::Result<()> {
     for p in &plan.procs {
         let bin = plan.bin_dir.join(&p.binary);
@@ -507,6 +554,15 @@ fn preflight(plan: &Plan) -> anyhow::Result<()> {
                 )
             })?;
         }
+    }
+    for svc in &plan.services {
+        TcpListener::bind(("127.0.0.1", svc.port)).with_context(|| {
+            format!(
+                "port {} for the {} Service is in use (another lab? `labctl down`; or \
+                 --entity-service-port)",
+                svc.port, svc.name
+            )
+        })?;
     }
     if let Some(t) = &plan.traces {
         for (port, what) in [(t.otlp_port, "--otlp-port"), (t.api_port, "--traces-port")] {
@@ -593,6 +649,30 @@ async fn wait_ready(
         pending = still;
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // Ready is not yet routable: every replica behind a Service must be in it too.
+    for svc in &plan.services {
+        let want: Vec<String> = plan
+            .procs
+            .iter()
+            .filter(|p| p.binary == svc.name)
+            .map(|p| format!("127.0.0.1:{}", p.port))
+            .collect();
+        loop {
+            let ready = crate::service::read_ready(&svc.ready_file)?.unwrap_or_default();
+            if want.iter().all(|w| ready.contains(w)) {
+                break;
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "{} replicas ready but not all in its Service after {wait_seconds} s (in it: \
+                     {ready:?}); see {}",
+                    svc.name,
+                    logs.join("supervisor.log").display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
     Ok(())
 }
 
@@ -605,6 +685,14 @@ fn print_lab(args: &UpArgs, plan: &Plan, state_dir: &Path) -> anyhow::Result<()>
             p.name,
             url(p.port),
             url(p.admin_port)
+        );
+    }
+    for svc in &plan.services {
+        println!(
+            "  {:<18} {}  (a Service: one address, per-connection balancing over the ready \
+             replicas)",
+            svc.name,
+            url(svc.port)
         );
     }
     println!("public API: POST {}/v1/extract", url(args.gateway_port));
@@ -828,7 +916,7 @@ mod tests {
         }
         assert_eq!(
             env(&p, "edge-gateway-1", "LAB_UPSTREAM__ORCHESTRATORS_ADMIN"),
-            Some("http://127.0.0.1:9101,http://127.0.0.1:9102")
+            Some("http://127.0.0.1:9101,http://127.0.0.1:9102,http://127.0.0.1:9103")
         );
         for (name, role) in [
             ("edge-gateway-1", "lab_gateway"),
@@ -845,6 +933,30 @@ mod tests {
         assert_eq!(
             env(&owner, "entity-service-1", "LAB_DATABASE__URL"),
             Some("postgres://postgres@127.0.0.1:5432/retry_storm_lab")
+        );
+    }
+
+    #[test]
+    fn orchestrators_reach_entity_service_through_one_service_address_unless_told_otherwise() {
+        let p = plan_of(&["--bin-dir", "/tmp", "--entity-services", "3"]).unwrap();
+        assert_eq!(
+            env(&p, "orchestrator-2", "LAB_ENTITY__URLS"),
+            Some("http://127.0.0.1:8200")
+        );
+        assert_eq!(p.services.len(), 1);
+        let svc = &p.services[0];
+        assert_eq!((svc.name.as_str(), svc.port), ("entity-service", 8200));
+        assert!(svc.endpoints_file.ends_with("run/endpoints-entity-service"));
+        let direct = plan_of(&["--bin-dir", "/tmp", "--entity-address", "replicas"]).unwrap();
+        assert_eq!(
+            env(&direct, "orchestrator-1", "LAB_ENTITY__URLS"),
+            Some("http://127.0.0.1:8201,http://127.0.0.1:8202")
+        );
+        assert!(direct.services.is_empty());
+        let moved = plan_of(&["--bin-dir", "/tmp", "--entity-port", "21201"]).unwrap();
+        assert_eq!(
+            moved.services[0].port, 21200,
+            "the Service moves with the lab"
         );
     }
 

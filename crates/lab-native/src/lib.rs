@@ -11,6 +11,8 @@
 //! - [`deps`]: the lab's dependencies as faults: PostgreSQL restarted under load.
 //! - [`cgroup`]: memory limits through the kernel's memory cgroups.
 //! - [`policy`]: a team's retry policy file, validated by the orchestrator's own types.
+//! - [`service`]: a Kubernetes Service — one address, per-connection balancing over the ready
+//!   replicas — run inside the supervisor.
 //!
 //! [`Lab`] is what an experiment needs from a lab; [`NativeLab`] implements it here, and compose
 //! or kind could implement it later.
@@ -21,6 +23,7 @@ pub mod fleet;
 pub mod ops;
 pub mod policy;
 mod redis_fault;
+pub mod service;
 pub mod supervise;
 
 use std::future::Future;

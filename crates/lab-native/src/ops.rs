@@ -1,6 +1,6 @@
 //! The operations of the postmortem's timeline on the native lab, named by the verbs operators
 //! already use: `labctl rollout restart orchestrator` (Argo's rollback: every pod cycled, every
-//! cache cold), `labctl scale orchestrator --replicas 5` (24 → 60 pods: new cold replicas with
+//! cache cold), `labctl scale orchestrator --replicas 8` (24 → 60 pods: new cold replicas with
 //! their own connection slots, joining the gateway's rotation like new endpoints of a Service),
 //! `labctl limits memory orchestrator 700M` (a pod's memory limit, enforced by the kernel), and
 //! `labctl fault kill entity-service-1` (a pod lost: SIGKILL, no drain).
@@ -123,6 +123,29 @@ async fn wait_in_rotation(state_dir: &Path, port: u16) -> anyhow::Result<()> {
     }
 }
 
+/// Wait until the Service in front of `binary` (when the lab runs one) has the replica on `port`
+/// among its ready endpoints: ready is not yet routable through a Service either.
+async fn wait_in_service(state_dir: &Path, binary: &str, port: u16) -> anyhow::Result<()> {
+    let file = supervise::service_ready_file(state_dir, binary);
+    let want = format!("127.0.0.1:{port}");
+    let deadline = Instant::now() + READY_WAIT;
+    loop {
+        match crate::service::read_ready(&file)? {
+            None => return Ok(()),
+            Some(ready) if ready.contains(&want) => return Ok(()),
+            Some(_) => {}
+        }
+        if Instant::now() >= deadline {
+            bail!(
+                "{binary} on port {port} was ready but not back in its Service within {} s; see \
+                 .lab/logs/supervisor.log",
+                READY_WAIT.as_secs()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// `labctl rollout restart <service>`: every replica of `service` restarted, one at a time;
 /// each is stopped gracefully and replaced by a new process (cold caches), and the next waits
 /// until it is ready (and, for an orchestrator, back in the gateways' rotation).
@@ -152,6 +175,8 @@ pub async fn rollout_restart(state_dir: &Path, service: Service, log: &Log) -> a
         if p.binary == "orchestrator" {
             wait_in_rotation(state_dir, p.port).await?;
         }
+        // The same behind the entity-service Service (`labctl up --entity-address service`).
+        wait_in_service(state_dir, &p.binary, p.port).await?;
         // An enrichment worker is ready before it owns a partition: stopping the next one while
         // the group rebalances wedges the group on tansu for good (measured by the fault checks,
         // load/scenarios/faults/rollouts.yaml now: both new workers at 0 partitions, the lag
@@ -220,6 +245,7 @@ pub async fn kill(state_dir: &Path, replica: crate::Replica, log: &Log) -> anyho
     if p.binary == "orchestrator" {
         wait_in_rotation(state_dir, p.port).await?;
     }
+    wait_in_service(state_dir, &p.binary, p.port).await?;
     log.line(format!(
         "  {name} restarted by the supervisor: pid {pid} -> {new}, ready after {:.1} s",
         t.elapsed().as_secs_f64()

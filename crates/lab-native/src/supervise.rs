@@ -45,6 +45,10 @@ pub struct Plan {
     /// user's `OTEL_EXPORTER_OTLP_ENDPOINT` says, or nowhere).
     #[serde(default)]
     pub traces: Option<TracesPlan>,
+    /// Services run inside the supervisor: one address in front of a binary's replicas
+    /// ([`crate::service`]).
+    #[serde(default)]
+    pub services: Vec<crate::service::ServicePlan>,
 }
 
 /// Where the supervisor's OTLP receiver listens, and how many traces it keeps.
@@ -158,6 +162,12 @@ pub async fn send(state_dir: &Path, cmd: &Control) -> anyhow::Result<Done> {
 /// so a scaled-up replica joins its rotation the way a Service gains endpoints.
 pub fn endpoints_file(state_dir: &Path, binary: &str) -> PathBuf {
     state_dir.join("run").join(format!("endpoints-{binary}"))
+}
+
+/// Where the Service in front of `binary` publishes its ready replicas
+/// ([`crate::service::ServicePlan::ready_file`]).
+pub fn service_ready_file(state_dir: &Path, binary: &str) -> PathBuf {
+    state_dir.join("run").join(format!("service-{binary}"))
 }
 
 pub fn state_file(state_dir: &Path) -> PathBuf {
@@ -304,6 +314,19 @@ impl Supervisor {
             let _ = fs::remove_file(e.path());
         }
         write_endpoints(&plan.state_dir, &procs)?;
+        // A previous lab's Services are not ours (a rollout would wait on a stale list).
+        for b in crate::Service::ALL {
+            let _ = fs::remove_file(service_ready_file(&plan.state_dir, b.as_str()));
+        }
+        for svc in &plan.services {
+            // Before any replica starts: a caller that connects early is refused (no endpoints
+            // ready), never sent to whoever else holds the port.
+            let addr = crate::service::start(svc.clone()).await?;
+            log(
+                "service started",
+                &[("service", svc.name.clone()), ("address", addr.to_string())],
+            );
+        }
         crate::cgroup::remove_stale();
         let traces_api = match &plan.traces {
             Some(t) => start_traces(t).await,
@@ -864,7 +887,7 @@ fn describe(status: std::process::ExitStatus) -> String {
 }
 
 /// One JSON log line on the supervisor's stderr (its log file).
-fn log(msg: &str, fields: &[(&str, String)]) {
+pub(crate) fn log(msg: &str, fields: &[(&str, String)]) {
     let mut m = serde_json::Map::new();
     let ts = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

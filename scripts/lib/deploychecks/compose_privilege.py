@@ -25,7 +25,7 @@ from .common import (
 # admin_port). The committed target files are checked against it here; scripts that talk to a
 # running lab ask `labctl status --json` instead (scripts/lib/lab_status.py).
 NATIVE_ADMIN_RULE = "public + 1000: admin_port in crates/lab-native/src/supervise.rs"
-NATIVE_ADMIN = {"edge-gateway": [9080], "orchestrator": [9101, 9102], "entity-service": [9201, 9202],
+NATIVE_ADMIN = {"edge-gateway": [9080], "orchestrator": [9101, 9102, 9103], "entity-service": [9201, 9202],
                 "enrichment": [9301, 9302]}
 
 

@@ -376,6 +376,7 @@ async fn meta(cfg: &Config, g: &Globals, out: &Path) -> anyhow::Result<Meta> {
         hot_per_txn: cfg.hot_per_txn,
         kafka: cfg.lab.kafka.clone(),
         perf_hz: cfg.perf_hz,
+        fleet: Meta::fleet_of(&cfg.lab),
         hot_plan,
     })
 }

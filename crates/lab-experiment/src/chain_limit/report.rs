@@ -199,7 +199,7 @@ fn chain_intro(d: &mut Doc, s: &Summary) {
         format!("2 enrichment workers, Kafka at {}", m.kafka)
     };
     d.para(format!(
-        "A fresh `labctl up` (1 gateway, 2 orchestrators, 2 entity-services, {kafka}; trace sample and everything else as \
+        "A fresh `labctl up` ({}, {kafka}; trace sample and everything else as \
          `labctl up` defaults), `client.mode=resilient`, warmed with {} rps for {} s, then open-loop load (`lab_load`: Poisson \
          arrivals, fresh never-repeating documents, size tenant mix) for {} s per step. Latency is from each request's \
          intended send time. **The bound: p99 of the 200s <= {} ms with >= {} % 200s.** Why {} ms: the user's budget is 3 s, \
@@ -209,7 +209,7 @@ fn chain_intro(d: &mut Doc, s: &Summary) {
          both replicas), the spans the orchestrators' caches did not answer; *statements/s* is its exact-match plus \
          candidate-lookup executions (`entity_db_query_duration_seconds_count`); *broker* is the Kafka-protocol broker's \
          (tansu's) cores and its share of the machine's busy cores.",
-        n0(m.warmup_rate), m.warmup_seconds, m.step_seconds, m.p99_ms, m.ok_pct, m.p99_ms, num(lowest, 0)
+        m.fleet, n0(m.warmup_rate), m.warmup_seconds, m.step_seconds, m.p99_ms, m.ok_pct, m.p99_ms, num(lowest, 0)
     ));
 }
 

@@ -62,8 +62,35 @@ pub struct Meta {
     /// Empty: the lab ran without Kafka and enrichment.
     pub kafka: String,
     pub perf_hz: u32,
+    /// The lab's shape (`labctl up`'s replicas and how the orchestrators address
+    /// entity-service). Absent from runs before issue 26, which all ran
+    /// [`Meta::FLEET_BEFORE_ISSUE_26`].
+    #[serde(default = "Meta::fleet_before_issue_26")]
+    pub fleet: String,
     /// The hot statement's plan and the table's state before the run (`labctl db status`).
     pub hot_plan: Option<HotPlanLine>,
+}
+
+impl Meta {
+    /// What `labctl up` ran before issue 26 (each orchestrator given both replicas' URLs).
+    pub const FLEET_BEFORE_ISSUE_26: &'static str =
+        "1 gateway, 2 orchestrators, 2 entity-services (every replica's address)";
+
+    fn fleet_before_issue_26() -> String {
+        Self::FLEET_BEFORE_ISSUE_26.into()
+    }
+
+    /// `lab`'s shape in words.
+    pub fn fleet_of(lab: &lab_native::UpArgs) -> String {
+        let address = match lab.entity_address {
+            lab_native::fleet::EntityAddress::Service => "behind one Service address",
+            lab_native::fleet::EntityAddress::Replicas => "every replica's address",
+        };
+        format!(
+            "{} gateway(s), {} orchestrators, {} entity-services ({address})",
+            lab.gateways, lab.orchestrators, lab.entity_services
+        )
+    }
 }
 
 /// `labctl db status` in one line: the generic plan's shape, and the table's state.

@@ -81,6 +81,7 @@ fn meta() -> Meta {
         hot_per_txn: 8,
         kafka: "127.0.0.1:9092".into(),
         perf_hz: 499,
+        fleet: Meta::FLEET_BEFORE_ISSUE_26.into(),
         hot_plan: Some(HotPlanLine {
             shape: "Limit → Index Scan  [index scan: healthy]  0.02 ms".into(),
             state: vec!["entities: 1000339 live".into()],
