@@ -605,6 +605,24 @@ pub static QUANTITIES: &[Quantity] = &[
         )
     },
     Quantity {
+        short: "in rotation (min)",
+        ..row(
+            "orchestrators_in_rotation_min",
+            "orchestrator replicas in the gateway's rotation (min; the deep-readiness cascade \
+             takes them out, issue 26)",
+            Unit::Plain,
+            // Per gateway, its ready endpoints (each 1 while in rotation); the fewest any gateway
+            // had, at the emptiest second of the window.
+            gauge(
+                GW,
+                "gateway_upstream_ready",
+                Filter::All,
+                Across::Min,
+                Over::Min,
+            ),
+        )
+    },
+    Quantity {
         short: "OOM kills",
         ..row(
             "oom_kills",
