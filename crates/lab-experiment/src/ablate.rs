@@ -33,7 +33,7 @@ pub struct AblateArgs {
     #[command(flatten)]
     pub cells: CellArgs,
     /// The load as a share of the stale plan's measured capacity (the replay's operating point).
-    #[arg(long, default_value_t = 0.9)]
+    #[arg(long, default_value_t = crate::replay::STALE_UTILISATION)]
     pub stale_utilisation: f64,
     /// How long the plan stays stale before ANALYZE (default 60 s; --quick 40 s).
     #[arg(long)]

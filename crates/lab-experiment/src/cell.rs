@@ -82,7 +82,7 @@ impl CellArgs {
         ReplayArgs {
             mode: Modes::Both,
             rate: None,
-            stale_utilisation: 0.9,
+            stale_utilisation: crate::replay::STALE_UTILISATION,
             time_scale: 1.0,
             scenario: "incident".into(),
             warmup_seconds: self.warmup_seconds,

@@ -191,11 +191,19 @@ impl Repeats {
                 "Calibration ×{n}: {} — how far the operating point moves",
                 sc.name
             ));
+            // The share the calibrations ran with (0.9 before issue 26's operating point).
+            let share = self
+                .repetitions
+                .iter()
+                .find_map(|r| r.calibration.as_ref())
+                .map_or("a share".to_string(), |c| {
+                    format!("{}", c.stale_utilisation)
+                });
             d.para(format!(
                 "`labctl replay --calibrate-only --repeat {n}`: {n} calibrations, each on a fresh \
                  lab (a closed-loop warm-up whose last seconds give the healthy capacity, the plan \
                  flip, a closed-loop probe of the stale capacity, ANALYZE), and how far the \
-                 replay's rate (0.9 × the stale capacity) moved between them."
+                 replay's rate ({share} × the stale capacity) moved between them."
             ));
             d
         } else {
