@@ -26,9 +26,14 @@ pub struct Health {
     inner: Arc<HealthInner>,
 }
 
+/// A condition of this process's own that must hold before it takes traffic, with the reason
+/// `/readyz` gives while it does not (`flags_unknown`: it does not know which client it runs).
+pub type Gate = (&'static str, Arc<dyn Fn() -> bool + Send + Sync>);
+
 #[derive(Default)]
 struct HealthInner {
     check: OnceLock<ReadinessCheck>,
+    gates: std::sync::RwLock<Vec<Gate>>,
     /// Set once, after configuration is loaded and the listener is bound (warm-up goes here).
     started: AtomicBool,
     /// Set when shutdown begins, so load balancers stop sending new work while in-flight
@@ -60,8 +65,10 @@ impl Health {
         self.inner.failures.get_or_init(|| {
             metrics.counter_vec(
                 "lab_readiness_failures_total",
-                "Failed /readyz probes, by reason: starting, draining, dependency (the deep check \
-                 answered no), caller_gone (the prober hung up before the deep check answered)",
+                "Failed /readyz probes, by reason: starting, draining, a gate of this process's \
+                 own (flags_unknown: it does not know which client it runs), dependency (the \
+                 deep check answered no), caller_gone (the prober hung up before the deep check \
+                 answered)",
                 &["reason"],
             )
         });
@@ -72,14 +79,27 @@ impl Health {
         let _ = self.inner.check.set(check);
     }
 
+    /// Refuse readiness with `reason` while `holds` is false (asked on every probe; cheap).
+    pub fn require(&self, reason: &'static str, holds: Arc<dyn Fn() -> bool + Send + Sync>) {
+        self.inner
+            .gates
+            .write()
+            .expect("health gates lock")
+            .push((reason, holds));
+    }
+
     /// `Ok` when this process can serve, otherwise the reason.
     pub fn ready(&self) -> Result<(), &'static str> {
         if !self.inner.started.load(Ordering::SeqCst) {
-            Err("starting")
-        } else if self.inner.draining.load(Ordering::SeqCst) {
-            Err("draining")
-        } else {
-            Ok(())
+            return Err("starting");
+        }
+        if self.inner.draining.load(Ordering::SeqCst) {
+            return Err("draining");
+        }
+        let gates = self.inner.gates.read().expect("health gates lock");
+        match gates.iter().find(|(_, holds)| !holds()) {
+            Some((reason, _)) => Err(reason),
+            None => Ok(()),
         }
     }
 }
@@ -119,5 +139,25 @@ pub async fn readyz(State(h): State<Health>) -> Response {
             )
                 .into_response()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_gate_holds_readiness_until_it_passes_and_names_itself() {
+        let h = Health::new();
+        let known = Arc::new(AtomicBool::new(false));
+        let k = known.clone();
+        h.require("flags_unknown", Arc::new(move || k.load(Ordering::SeqCst)));
+        assert_eq!(h.ready(), Err("starting"), "starting comes first");
+        h.mark_started();
+        assert_eq!(h.ready(), Err("flags_unknown"));
+        known.store(true, Ordering::SeqCst);
+        assert_eq!(h.ready(), Ok(()));
+        h.begin_drain();
+        assert_eq!(h.ready(), Err("draining"));
     }
 }

@@ -18,6 +18,13 @@
 //!   this, every replica of a legacy lab flipped to resilient when Redis came back empty, with
 //!   nobody setting a flag. `lab_flags_store_empty` says so; the next `labctl flags set` (or
 //!   `reset`) is the source of truth again.
+//! - **Last-known values survive a restart** when `[flags] last_known_file` names a file: every
+//!   value read from the store is written there, and a replica that starts while the store is
+//!   unreachable, or answers empty, applies the file's values instead of the defaults (issue 28:
+//!   before this, a replica restarted during a Redis outage ran resilient beside legacy peers).
+//!   Until the store has answered or such a file was read, [`Flags::known`] is false, and the
+//!   services' `/readyz` answers 503 `flags_unknown`: a replica that does not know which client
+//!   it runs takes no traffic.
 //!
 //! # Layout
 //! - [`defs`]: parsing and validating the definitions.
@@ -31,10 +38,17 @@ pub mod store;
 #[derive(Debug, Clone, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FlagSettings {
-    /// The flag store. Unreachable at startup: the defaults apply until it answers.
+    /// The flag store. Unreachable at startup: the last-known file's values apply, else the
+    /// defaults, not ready (`flags_unknown`), until it answers.
     pub redis_url: String,
     /// Key namespace in Redis (`<namespace>:flags`).
     pub namespace: String,
+    /// Where this process keeps the last values it read, to apply them when it restarts while
+    /// the store cannot tell it (none: a restart during an outage starts from the defaults and
+    /// is not ready until the store answers). A file that outlives the process but not the
+    /// replica: the native lab's `run/flags-<replica>.json`, an `emptyDir` in Kubernetes.
+    #[serde(default)]
+    pub last_known_file: Option<std::path::PathBuf>,
 }
 
 impl FlagSettings {
@@ -44,11 +58,14 @@ impl FlagSettings {
         metrics: &lab_core::metrics::Metrics,
     ) -> anyhow::Result<std::sync::Arc<Flags>> {
         let store = Store::with_namespace(&self.redis_url, &self.namespace)?;
-        Ok(Flags::watch(store, std::sync::Arc::new(Definitions::embedded()), metrics).await)
+        let defs = std::sync::Arc::new(Definitions::embedded());
+        Ok(Flags::watch_keeping(store, defs, metrics, self.last_known_file.clone()).await)
     }
 }
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -171,17 +188,30 @@ pub struct Flags {
     reloads: IntCounterVec,
     reachable: IntGauge,
     empty: IntGauge,
+    /// Values came from the store or a last-known file (not the defaults by ignorance).
+    known: AtomicBool,
+    known_gauge: IntGauge,
+    /// `[flags] last_known_file`: written after every read that changed what we apply.
+    last_known: Option<PathBuf>,
+    /// What the file holds now (None: not written by this process yet).
+    persisted: RwLock<Option<Arc<Snapshot>>>,
 }
 
 impl Flags {
     /// Flags fixed at their defaults, never watched (tests, and a service run without Redis).
     pub fn fixed(defs: Arc<Definitions>, metrics: &lab_core::metrics::Metrics) -> Arc<Self> {
-        let flags = Arc::new(Self::new(defs, metrics));
+        let flags = Arc::new(Self::new(defs, metrics, None));
+        // Fixed at the defaults on purpose: known.
+        flags.set_known();
         flags.export();
         flags
     }
 
-    fn new(defs: Arc<Definitions>, metrics: &lab_core::metrics::Metrics) -> Self {
+    fn new(
+        defs: Arc<Definitions>,
+        metrics: &lab_core::metrics::Metrics,
+        last_known: Option<PathBuf>,
+    ) -> Self {
         Self {
             current: RwLock::new(Arc::new(Snapshot::defaults(defs.clone()))),
             defs,
@@ -208,7 +238,33 @@ impl Flags {
                 "lab_flags_store_empty",
                 "1 while the flag store answers but holds no written state (restarted without persistence): last-known values are in force",
             ),
+            known: AtomicBool::new(false),
+            known_gauge: metrics.gauge(
+                "lab_flags_known",
+                "1 once the values in force came from the flag store or the last-known file; 0 while they are the defaults because nothing could tell (/readyz answers flags_unknown)",
+            ),
+            last_known,
+            persisted: RwLock::new(None),
         }
+    }
+
+    /// Do the values in force come from the store or a last-known file? False only while a
+    /// process that started with the store unreachable and no last-known file runs its
+    /// defaults; the services' readiness waits for it.
+    pub fn known(&self) -> bool {
+        self.known.load(Ordering::SeqCst)
+    }
+
+    /// Make `health`'s `/readyz` answer 503 `flags_unknown` while these flags are not
+    /// [`Flags::known`].
+    pub fn gate(self: &Arc<Self>, health: &lab_core::health::Health) {
+        let flags = self.clone();
+        health.require("flags_unknown", Arc::new(move || flags.known()));
+    }
+
+    fn set_known(&self) {
+        self.known.store(true, Ordering::SeqCst);
+        self.known_gauge.set(1);
     }
 
     /// Load once from `store` (defaults if unreachable), and watch it for
@@ -218,7 +274,20 @@ impl Flags {
         defs: Arc<Definitions>,
         metrics: &lab_core::metrics::Metrics,
     ) -> Arc<Self> {
-        let flags = Arc::new(Self::new(defs, metrics));
+        Self::watch_keeping(store, defs, metrics, None).await
+    }
+
+    /// [`Flags::watch`], keeping the last values read in `last_known` (see
+    /// [`FlagSettings::last_known_file`]): applied at start, before the store is asked, when the
+    /// file holds any.
+    pub async fn watch_keeping(
+        store: Store,
+        defs: Arc<Definitions>,
+        metrics: &lab_core::metrics::Metrics,
+        last_known: Option<PathBuf>,
+    ) -> Arc<Self> {
+        let flags = Arc::new(Self::new(defs, metrics, last_known));
+        flags.restore();
         flags.reload(&store).await;
         flags.export();
         let weak = Arc::downgrade(&flags);
@@ -277,9 +346,12 @@ impl Flags {
     pub async fn reload(&self, store: &Store) {
         match store.read().await {
             Ok(contents) if !contents.written && contents.values.is_empty() => {
-                // Lost, not reset: keep what we apply. (At startup that is the defaults.)
+                // Lost, not reset: keep what we apply. (At startup that is the last-known
+                // file's values, else the defaults: a store that answers is never written, or
+                // has lost what was, and either way nobody is asking for anything else.)
                 self.reloads.with_label_values(&["ok"]).inc();
                 self.reachable.set(1);
+                self.set_known();
                 if self.empty.get() == 0 {
                     tracing::warn!(
                         "the flag store holds nothing (restarted without persistence?); keeping \
@@ -293,8 +365,10 @@ impl Flags {
                 self.reloads.with_label_values(&["ok"]).inc();
                 self.reachable.set(1);
                 self.empty.set(0);
+                self.set_known();
                 let old = self.snapshot();
                 let next = old.with_store_values(&stored);
+                self.persist(&next);
                 if next != *old {
                     for (flag, variant) in next.iter() {
                         if old.variant(flag) != variant {
@@ -318,6 +392,47 @@ impl Flags {
         }
     }
 
+    /// Apply the last-known file's values, if there is one and it holds any.
+    fn restore(&self) {
+        let Some(path) = &self.last_known else { return };
+        match read_last_known(path) {
+            Ok(None) => {}
+            Ok(Some(values)) => {
+                let next = Snapshot::defaults(self.defs.clone()).with_store_values(&values);
+                tracing::info!(
+                    file = %path.display(),
+                    client_mode = next.variant("client.mode"),
+                    "applying the last-known flags until the flag store answers"
+                );
+                *self.current.write().expect("flags lock") = Arc::new(next.clone());
+                *self.persisted.write().expect("flags lock") = Some(Arc::new(next));
+                self.set_known();
+            }
+            Err(e) => tracing::warn!(
+                file = %path.display(),
+                error = %e,
+                "cannot use the last-known flags file; the defaults apply until the flag store answers"
+            ),
+        }
+    }
+
+    /// Write `next` to the last-known file when it differs from what the file holds (a write
+    /// per change, not per reload: the reload runs every 5 s on every replica).
+    fn persist(&self, next: &Snapshot) {
+        let Some(path) = &self.last_known else { return };
+        if self.persisted.read().expect("flags lock").as_deref() == Some(next) {
+            return;
+        }
+        match write_last_known(path, next) {
+            Ok(()) => *self.persisted.write().expect("flags lock") = Some(Arc::new(next.clone())),
+            Err(e) => tracing::warn!(
+                file = %path.display(),
+                error = %e,
+                "cannot write the last-known flags file; a restart during a flag-store outage would start from the defaults"
+            ),
+        }
+    }
+
     fn export(&self) {
         let snap = self.snapshot();
         for (flag, def) in &self.defs.flags {
@@ -328,6 +443,35 @@ impl Flags {
             }
         }
     }
+}
+
+/// The last-known file: `{"variants": {flag: variant}}`. Absent: `None`.
+fn read_last_known(path: &Path) -> anyhow::Result<Option<BTreeMap<String, String>>> {
+    #[derive(serde::Deserialize)]
+    struct File {
+        variants: BTreeMap<String, String>,
+    }
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    let file: File = serde_json::from_str(&text)?;
+    Ok(Some(file.variants))
+}
+
+/// Write `snap` to `path` whole or not at all (a temporary file renamed over it): a process
+/// killed mid-write leaves the previous values, never half a file.
+fn write_last_known(path: &Path, snap: &Snapshot) -> anyhow::Result<()> {
+    let variants: BTreeMap<&str, &str> = snap.iter().collect();
+    let text = serde_json::to_string_pretty(&serde_json::json!({ "variants": variants }))?;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, path)?;
+    Ok(())
 }
 
 #[cfg(test)]

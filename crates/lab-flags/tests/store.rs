@@ -133,3 +133,71 @@ async fn a_store_that_comes_back_empty_keeps_last_known_values_and_says_so() {
     assert!(metrics.render().contains("lab_flags_store_empty 0"));
     store.forget().await.unwrap();
 }
+
+/// A replica restarted while Redis is down (or back empty) runs what its peers run: the values it
+/// last read, from its last-known file — not the defaults, which made a legacy lab half
+/// resilient (issue 28). Without such a file it does not know, and says so (its `/readyz` waits).
+#[tokio::test]
+async fn a_restart_during_a_store_outage_applies_the_last_known_values() {
+    let url = testkit::redis_url().await;
+    let ns = namespace();
+    let dir = std::env::temp_dir().join(format!("lab-flags-{ns}"));
+    let file = dir.join("flags-orchestrator-1.json");
+    let defs = Arc::new(Definitions::embedded());
+    let store = Store::with_namespace(&url, &ns).unwrap();
+    store.set("client.mode", "legacy").await.unwrap();
+    store.set("retries.entity.enabled", "off").await.unwrap();
+
+    // The first life: reads the store, keeps what it read.
+    let metrics = lab_core::metrics::Metrics::new();
+    let first =
+        Flags::watch_keeping(store.clone(), defs.clone(), &metrics, Some(file.clone())).await;
+    assert!(first.known());
+    assert_eq!(first.snapshot().variant("client.mode"), "legacy");
+    let kept = std::fs::read_to_string(&file).expect("the last-known file is written");
+    assert!(kept.contains("\"client.mode\": \"legacy\""), "{kept}");
+    drop(first);
+
+    // Restarted with the store unreachable (nothing listens on port 1): the file's values.
+    let down = Store::with_namespace("redis://127.0.0.1:1", &ns).unwrap();
+    let metrics = lab_core::metrics::Metrics::new();
+    let again =
+        Flags::watch_keeping(down.clone(), defs.clone(), &metrics, Some(file.clone())).await;
+    assert_eq!(again.snapshot().variant("client.mode"), "legacy");
+    assert!(!again.snapshot().enabled("retries.entity.enabled"));
+    assert!(again.known());
+    let text = metrics.render();
+    assert!(text.contains("lab_flags_known 1"), "{text}");
+    assert!(text.contains("lab_flags_store_reachable 0"), "{text}");
+
+    // Restarted against a store that came back empty: the file's values too.
+    store.forget().await.unwrap();
+    let empty =
+        Flags::watch_keeping(store.clone(), defs.clone(), &Default::default(), Some(file)).await;
+    assert_eq!(empty.snapshot().variant("client.mode"), "legacy");
+
+    // No file: the defaults, and not known — the process cannot tell which client it runs.
+    let metrics = lab_core::metrics::Metrics::new();
+    let blind = Flags::watch_keeping(down, defs, &metrics, None).await;
+    assert_eq!(blind.snapshot().variant("client.mode"), "resilient");
+    assert!(!blind.known());
+    assert!(metrics.render().contains("lab_flags_known 0"));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// `/readyz` names why a replica that does not know its flags takes no traffic, and passes once
+/// the store has answered.
+#[tokio::test]
+async fn readiness_waits_for_known_flags() {
+    let health = lab_core::health::Health::new();
+    health.mark_started();
+    let down = Store::with_namespace("redis://127.0.0.1:1", &namespace()).unwrap();
+    let flags = Flags::watch(down, Arc::new(Definitions::embedded()), &Default::default()).await;
+    flags.gate(&health);
+    assert_eq!(health.ready(), Err("flags_unknown"));
+
+    let url = testkit::redis_url().await;
+    let up = Store::with_namespace(&url, &namespace()).unwrap();
+    flags.reload(&up).await; // the store answers (empty: nobody asked for anything else)
+    assert_eq!(health.ready(), Ok(()));
+}

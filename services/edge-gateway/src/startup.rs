@@ -80,6 +80,8 @@ impl Application {
             .with_flood_guard(settings.auth.flood_guard),
         );
         let flags = settings.flags.watch(&metrics).await?;
+        let health = Health::new();
+        flags.gate(&health);
         let limiter = crate::ratelimit::RateLimiter::new(settings.ratelimit.clone(), &metrics)?;
         let upstreams = Upstreams::new(settings.upstream.clone(), &metrics)?;
         upstreams.probe_all().await;
@@ -126,8 +128,7 @@ impl Application {
             .route("/openapi.json", get(crate::openapi::openapi_json))
             .with_state(Arc::<str>::from(crate::openapi::document()));
         let api = api.merge(docs);
-        let server =
-            Server::bind(&settings.http, &settings.admin, api, Health::new(), metrics).await?;
+        let server = Server::bind(&settings.http, &settings.admin, api, health, metrics).await?;
         Ok(Self { server, prober })
     }
 

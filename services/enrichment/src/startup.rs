@@ -32,13 +32,15 @@ impl Application {
             None,
         )?;
         let flags = settings.flags.watch(&metrics).await?;
+        let health = Health::new();
+        flags.gate(&health);
         let consumer = worker::consumer(&settings, WorkerMetrics::new(&metrics))?;
         let offsets_reader = worker::offsets_reader(&settings)?;
         let server = Server::bind(
             &settings.http,
             &settings.admin,
             Router::new(),
-            Health::new(),
+            health,
             metrics,
         )
         .await?;

@@ -55,6 +55,8 @@ impl Application {
         // a connection outside the pool (../shared/design/stale-stats-trigger.md).
         crate::dbstats::spawn(&metrics, settings.database.url.clone(), application_name);
         let flags = settings.flags.watch(&metrics).await?;
+        let health = Health::new();
+        flags.gate(&health);
         let state = AppState {
             cost: Default::default(),
             flags,
@@ -71,8 +73,7 @@ impl Application {
                 svc.http.clone(),
                 metrics::track,
             ));
-        let server =
-            Server::bind(&settings.http, &settings.admin, api, Health::new(), metrics).await?;
+        let server = Server::bind(&settings.http, &settings.admin, api, health, metrics).await?;
         Ok(Self { server })
     }
 

@@ -46,6 +46,8 @@ impl Application {
         let cache = Arc::new(ResolutionCache::new(settings.cache.capacity, &metrics));
         let table = settings.hop_table()?;
         let flags = settings.flags.watch(&metrics).await?;
+        let health = Health::new();
+        flags.gate(&health);
         warm_up(&settings, &flags.snapshot(), &cache, &metrics).await;
         let entity = Arc::new(EntityClients::new(&settings, flags, &metrics)?);
         let events = EventProducer::new(&settings.kafka, metrics.registry())?.map(Arc::new);
@@ -80,7 +82,6 @@ impl Application {
             .with_state(state)
             .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
             .layer(axum::middleware::from_fn_with_state(http, metrics::track));
-        let health = Health::new();
         health.set_check(readiness_check(entity.clone()));
         let server = Server::bind(&settings.http, &settings.admin, api, health, metrics).await?;
         Ok(Self {

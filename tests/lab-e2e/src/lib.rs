@@ -213,6 +213,7 @@ impl Lab {
         let flag_settings = lab_flags::FlagSettings {
             redis_url: redis_url.clone(),
             namespace: opts.flags_namespace.clone(),
+            last_known_file: None,
         };
         let flags = lab_flags::Store::with_namespace(&redis_url, &opts.flags_namespace).unwrap();
         let as_role = |role: &str| {
