@@ -137,7 +137,7 @@ fn url(port: u16) -> String {
 }
 
 /// `path` made absolute against the current directory (the replicas' own directory may differ).
-fn absolute(path: &Path) -> PathBuf {
+pub(crate) fn absolute(path: &Path) -> PathBuf {
     if path.is_absolute() {
         path.to_path_buf()
     } else {
@@ -146,6 +146,9 @@ fn absolute(path: &Path) -> PathBuf {
             .unwrap_or_else(|_| path.to_path_buf())
     }
 }
+
+/// Every replica's `[flags] last_known_file` ([`supervise::flags_file`]).
+pub(crate) const FLAGS_FILE_ENV: &str = "LAB_FLAGS__LAST_KNOWN_FILE";
 
 /// The processes of a lab of `args`' shape: every replica's binary, ports and environment, and
 /// the trace receiver the supervisor runs. Refuses a bad shape, `--trace-sample` or `--env`, and
@@ -207,6 +210,11 @@ pub fn plan(args: &UpArgs, database_url: &str, state_dir: &Path) -> anyhow::Resu
     ));
     if let Some(k) = &kafka {
         procs.extend(enrichment_workers(args, k, &dbs.enrichment, &shared));
+    }
+    for p in &mut procs {
+        let file = absolute(&supervise::flags_file(state_dir, &p.name));
+        p.env
+            .insert(FLAGS_FILE_ENV.into(), file.to_string_lossy().into_owned());
     }
     apply_env_overrides(&mut procs, &args.env)?;
     Ok(Plan {
@@ -473,6 +481,10 @@ pub async fn up(args: &UpArgs, database_url: &str, state_dir: &Path) -> anyhow::
     lab_db::migrate(database_url).await?;
     let plan = plan(args, database_url, state_dir)?;
     preflight(&plan)?;
+    // A new lab starts from the flag store, not from what the last lab's replicas knew.
+    for p in &plan.procs {
+        let _ = std::fs::remove_file(supervise::flags_file(state_dir, &p.name));
+    }
     lab_db::prepare(database_url).await?;
     if let Some(k) = lab_kafka::bootstrap_servers(&args.kafka) {
         let new_group = args.enrichment_group.as_deref().filter(|_| fresh_group);

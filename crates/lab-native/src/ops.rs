@@ -315,6 +315,14 @@ pub async fn scale(
         spec.env.insert("LAB_HTTP__PORT".into(), port.to_string());
         spec.env
             .insert("LAB_ADMIN__PORT".into(), spec.admin_port.to_string());
+        let flags_file = supervise::flags_file(state_dir, &spec.name);
+        let _ = std::fs::remove_file(&flags_file);
+        spec.env.insert(
+            crate::fleet::FLAGS_FILE_ENV.into(),
+            crate::fleet::absolute(&flags_file)
+                .to_string_lossy()
+                .into_owned(),
+        );
         let done = ok(state_dir, Control::Add { spec: spec.clone() }).await?;
         log.line(format!("  {done}"));
         added.push(spec);

@@ -170,6 +170,13 @@ pub fn service_ready_file(state_dir: &Path, binary: &str) -> PathBuf {
     state_dir.join("run").join(format!("service-{binary}"))
 }
 
+/// Where replica `name` keeps the last flag values it read (`[flags] last_known_file`): it
+/// outlives the process, so a replica the supervisor restarts during a Redis outage runs what
+/// its peers run, and `labctl up` removes it, so a new lab starts from the store.
+pub fn flags_file(state_dir: &Path, name: &str) -> PathBuf {
+    state_dir.join("run").join(format!("flags-{name}.json"))
+}
+
 pub fn state_file(state_dir: &Path) -> PathBuf {
     state_dir.join("run").join("lab.json")
 }

@@ -38,8 +38,8 @@ def struct_fields(src, struct):
 
 def valid_env(service):
     """{LAB_SECTION__KEY} a service accepts: its defaults.toml keys, plus fields of the section
-    structs its configuration.rs declares (sections whose keys are all optional, like
-    orchestrator [budget], are empty in the TOML)."""
+    structs its configuration.rs declares, in its own sources or the lab crate it names (sections
+    whose keys are all optional, like orchestrator [budget], are empty in the TOML)."""
     with open(os.path.join(ROOT, f"services/{service}/config/defaults.toml"), "rb") as f:
         toml = tomllib.load(f)
     keys = {(s, k) for s, t in toml.items() if isinstance(t, dict) for k in t}
@@ -47,7 +47,11 @@ def valid_env(service):
     settings = re.search(r"pub struct Settings\s*\{(.*?)\n\}", src, re.S)
     if settings:
         for section, ty in re.findall(r"pub (\w+): ([\w:]+)", settings.group(1)):
-            fields = struct_fields(src, ty.split("::")[-1])
+            # A section struct from a lab crate (`lab_flags::FlagSettings`): read it there.
+            crate = ty.split("::")[0] if "::" in ty else None
+            lib = os.path.join(ROOT, "crates", (crate or "").replace("_", "-"), "src", "lib.rs")
+            home = open(lib, encoding="utf-8").read() if crate and os.path.exists(lib) else src
+            fields = struct_fields(home, ty.split("::")[-1])
             if fields and section in toml:
                 keys |= {(section, k) for k in fields}
     names = {f"LAB_{s.upper()}__{k.upper()}" for s, k in keys}
