@@ -107,12 +107,12 @@ impl RateLimiter {
             },
             Ok(Err(e)) => {
                 tracing::warn!(error = %e, "rate limiter: Redis failed; failing open");
-                *self.conn.lock().await = None;
+                self.forget_connection();
                 Decision::FailOpen
             }
             Err(_) => {
                 // A half-dead connection may be what made us wait: start over next time.
-                *self.conn.lock().await = None;
+                self.forget_connection();
                 Decision::FailOpen
             }
         };
@@ -126,6 +126,16 @@ impl RateLimiter {
         };
         self.decisions.with_label_values(&[label]).inc();
         decision
+    }
+
+    /// Drop the shared connection so the next decision connects afresh — without waiting: the
+    /// lock is held only by a decision that is connecting (and will store a new connection),
+    /// and waiting for it would add ITS deadline to this request's, up to twice `deadline_ms`
+    /// against a black-holed Redis (issue 28).
+    fn forget_connection(&self) {
+        if let Ok(mut conn) = self.conn.try_lock() {
+            *conn = None;
+        }
     }
 
     async fn eval(&self, tenant: i64, rps: u32) -> redis::RedisResult<(i64, i64)> {
@@ -148,5 +158,59 @@ impl RateLimiter {
             .arg(burst)
             .invoke_async(&mut conn)
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::time::Instant;
+
+    /// A Redis that accepts connections and never answers (a black-holed host, a wedged
+    /// server): its connection handshake hangs, as does every command.
+    async fn black_hole() -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("redis://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((conn, _)) = listener.accept().await {
+                held.push(conn);
+            }
+        });
+        url
+    }
+
+    /// Paused time: every duration below is the runtime's virtual clock, exact, not a wall-clock
+    /// measurement. A decision that started while another was connecting costs its own deadline
+    /// and no more: before, its reset waited for the lock the next decision took to connect,
+    /// and the first decision took 90 ms of a 50 ms deadline.
+    #[tokio::test(start_paused = true)]
+    async fn a_black_holed_redis_costs_each_decision_its_deadline_and_no_more() {
+        let settings = RateLimitSettings {
+            redis_url: black_hole().await,
+            namespace: "test".into(),
+            deadline_ms: 50,
+            burst_seconds: 1.0,
+        };
+        let limiter = RateLimiter::new(settings, &lab_core::metrics::Metrics::new()).unwrap();
+        let mut decisions = Vec::new();
+        // Decisions 0, 40, 80, … ms apart: each starts while the one before is connecting.
+        for i in 0..6u64 {
+            let limiter = limiter.clone();
+            decisions.push(tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(40 * i)).await;
+                let started = Instant::now();
+                let decision = limiter.check(7, 10).await;
+                (decision, started.elapsed())
+            }));
+        }
+        for d in decisions {
+            let (decision, took) = d.await.unwrap();
+            assert_eq!(decision, Decision::FailOpen);
+            assert!(
+                took <= Duration::from_millis(51),
+                "a decision took {took:?} against a 50 ms deadline"
+            );
+        }
     }
 }
