@@ -58,9 +58,10 @@ pub enum Modes {
 /// 0.021) ≈ 1.02 C: the morning's demand was just past what the stale plan could serve, and it
 /// was healthy on the good plan (61 of 200 connections). The lab ran 0.9 before: inside the stale
 /// capacity, where the plan flip cost nothing (0.0% in every replay) and the storm had to wait
-/// for the rollback to start. Measured at 1.02, the short replay's plan flip costs the legacy lab
-/// 0.2%, not 2.1%: its client queues the excess, and a backlog growing at D − C takes longer than
-/// the phase to reach the 3 s budget (docs/replay.md, item 4, "The rate").
+/// for the rollback to start. Measured at 1.02 on four fresh short replays, the plan flip cost the
+/// legacy lab 0.2%, 7.2%, 50.0% and 33.4%: a knife edge, where the calibration's own error (about
+/// ±10%) decides whether the excess stays a slow backlog or storms within the phase
+/// (docs/replay.md, item 4, "The rate").
 pub const STALE_UTILISATION: f64 = 1.02;
 
 #[derive(Debug, Clone, clap::Args)]
