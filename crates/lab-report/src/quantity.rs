@@ -378,7 +378,7 @@ impl Frame<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::series::Target;
+    use crate::series::{Scrape, Target};
 
     fn tick(t: f64, phase: usize, requests: f64) -> Tick {
         let key = r#"gateway_requests_total{status="200"}"#.to_string();
@@ -428,6 +428,54 @@ mod tests {
         // A chart's point: the same expression over the seconds before the tick.
         assert_eq!(frame.eval(&rps, &Window::at(&ticks, 2, 5)), Some(15.0));
         assert_eq!(frame.eval(&rps, &Window::at(&ticks, 0, 5)), None);
+    }
+
+    /// "Every replica applies legacy" may only be read where every replica was read: one that
+    /// was down (killed, restarting) or did not export the flag leaves the fact "not measured",
+    /// never the others' value (a verdict on it then fails rather than holding by construction).
+    #[test]
+    fn a_fact_of_every_replica_is_not_measured_while_one_replica_is_unread() {
+        let targets: Vec<Target> = (1..=2)
+            .map(|n| Target {
+                service: "orchestrator".into(),
+                replica: format!("orchestrator-{n}"),
+                url: String::new(),
+            })
+            .collect();
+        let key = r#"lab_flag_variant{flag="client.mode",variant="legacy"}"#.to_string();
+        let legacy = || Some([(key.clone(), 1.0)].into());
+        let other = || Some([("lab_flags_known".to_string(), 1.0)].into());
+        let tick = |t: f64, scrapes: Vec<Scrape>| Tick { t, phase: 1, scrapes };
+        let eval = |ticks: &[Tick]| {
+            let frame = Frame {
+                series: Series {
+                    targets: &targets,
+                    ticks,
+                },
+                load: &[],
+                first: None,
+            };
+            let w = Window::phase(ticks, 1, ticks.len() as f64, 0.0);
+            frame.eval(&crate::quantities::find("client_mode_legacy_all").unwrap().expr, &w)
+        };
+        // Both read and legacy: measured.
+        assert_eq!(eval(&[tick(0.0, vec![legacy(), legacy()])]), Some(1.0));
+        // orchestrator-2 down in every tick of the window, or up without the flag's series.
+        for missing in [None, other()] {
+            let ticks = [
+                tick(0.0, vec![legacy(), missing.clone()]),
+                tick(1.0, vec![legacy(), missing.clone()]),
+            ];
+            assert_eq!(eval(&ticks), None, "{missing:?}");
+        }
+        // Down at the last scrape only: the last tick where both were read speaks.
+        // (A window's first tick is its baseline: gauges read from the second.)
+        let ticks = [
+            tick(0.0, vec![legacy(), legacy()]),
+            tick(1.0, vec![legacy(), legacy()]),
+            tick(2.0, vec![legacy(), None]),
+        ];
+        assert_eq!(eval(&ticks), Some(1.0));
     }
 
     #[test]
