@@ -445,7 +445,11 @@ mod tests {
         let key = r#"lab_flag_variant{flag="client.mode",variant="legacy"}"#.to_string();
         let legacy = || Some([(key.clone(), 1.0)].into());
         let other = || Some([("lab_flags_known".to_string(), 1.0)].into());
-        let tick = |t: f64, scrapes: Vec<Scrape>| Tick { t, phase: 1, scrapes };
+        let tick = |t: f64, scrapes: Vec<Scrape>| Tick {
+            t,
+            phase: 1,
+            scrapes,
+        };
         let eval = |ticks: &[Tick]| {
             let frame = Frame {
                 series: Series {
@@ -456,7 +460,12 @@ mod tests {
                 first: None,
             };
             let w = Window::phase(ticks, 1, ticks.len() as f64, 0.0);
-            frame.eval(&crate::quantities::find("client_mode_legacy_all").unwrap().expr, &w)
+            frame.eval(
+                &crate::quantities::find("client_mode_legacy_all")
+                    .unwrap()
+                    .expr,
+                &w,
+            )
         };
         // Both read and legacy: measured.
         assert_eq!(eval(&[tick(0.0, vec![legacy(), legacy()])]), Some(1.0));
