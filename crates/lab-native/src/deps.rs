@@ -4,7 +4,7 @@
 //! `labctl fault stop redis` shuts the flag store and rate limiter's Redis down (`SHUTDOWN
 //! NOSAVE`: it comes back empty, as a Redis that keeps nothing on disk does), and `labctl fault
 //! start redis` starts it again with the configuration it had. What the services make of it (a
-//! pool that heals by itself, a limiter that fails open, flags kept or lost) is the experiment's
+//! pool that heals by itself, a limiter that limits on its own, flags kept or lost) is the experiment's
 //! to measure.
 //!
 //! Only servers on this machine (127.0.0.1, localhost or ::1): a PostgreSQL cluster found by its

@@ -241,10 +241,12 @@ const HALF: Filter = Filter::Is("variant", "0.5");
 const QUARTER: Filter = Filter::Is("variant", "0.25");
 const FRACTION_HALF_ALL: Expr = applied_everywhere(&FRACTION_FLAG, &HALF);
 const FRACTION_QUARTER_ALL: Expr = applied_everywhere(&FRACTION_FLAG, &QUARTER);
-const FAIL_OPEN: Expr = some(
+// Decided by a replica's own bucket because Redis did not answer in time (local_allowed,
+// local_limited).
+const WITHOUT_REDIS: Expr = some(
     GW,
     "gateway_ratelimit_decisions_total",
-    Filter::Is("decision", "fail_open"),
+    Filter::StartsWith("decision", "local_"),
 );
 const LAG: Expr = gauge(
     "enrichment",
@@ -824,10 +826,10 @@ pub static QUANTITIES: &[Quantity] = &[
         FRACTION_QUARTER_ALL,
     ),
     fault(
-        "ratelimit_fail_open",
-        "fail open",
-        "Gateway rate-limit decisions made without Redis (fail_open)",
-        FAIL_OPEN,
+        "ratelimit_without_redis",
+        "limited locally",
+        "Gateway rate-limit decisions made without Redis (each replica's own bucket decided)",
+        WITHOUT_REDIS,
     ),
     fault(
         "enrichment_lag",

@@ -237,7 +237,7 @@ mod tests {
         let fail_open = |v: f64| {
             Some(
                 [(
-                    r#"gateway_ratelimit_decisions_total{decision="fail_open"}"#.to_string(),
+                    r#"gateway_ratelimit_decisions_total{decision="local_allowed"}"#.to_string(),
                     v,
                 )]
                 .into(),
@@ -265,10 +265,10 @@ mod tests {
         };
         let w = Window::phase(&ticks, 0, 1.0, 0.0);
         let plain = summarize(&frame, &w, &[]);
-        assert!(!plain.contains_key("ratelimit_fail_open"));
-        let judged = summarize(&frame, &w, &["ratelimit_fail_open"]);
-        assert_eq!(judged.get("ratelimit_fail_open"), Some(&40.0));
-        let label = crate::quantities::find("ratelimit_fail_open")
+        assert!(!plain.contains_key("ratelimit_without_redis"));
+        let judged = summarize(&frame, &w, &["ratelimit_without_redis"]);
+        assert_eq!(judged.get("ratelimit_without_redis"), Some(&40.0));
+        let label = crate::quantities::find("ratelimit_without_redis")
             .unwrap()
             .label;
         let phases = [("outage".to_string(), 1)];

@@ -33,6 +33,7 @@ fn main() {
                 // Generous: the benchmark measures Redis, not the deadline.
                 deadline_ms: 1_000,
                 burst_seconds: 1.0,
+                fallback_replicas: 1,
             },
             &Metrics::new(),
         )

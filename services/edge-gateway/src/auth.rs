@@ -132,7 +132,7 @@ impl KeyStore {
     /// asking fails (PostgreSQL down, or saturated — in this lab it is the same database whose
     /// overload IS the incident), an answer younger than this is used anyway, counted as
     /// `gateway_auth_total{result="stale"}`: the key store being slow must not turn into an
-    /// outage of the public API (fail static, as the rate limiter fails open), and revocation can
+    /// outage of the public API (fail static, as the rate limiter falls back to its local buckets), and revocation can
     /// take at most `stale_ttl` while the store is unreachable. `refresh_timeout`: the longest a
     /// request waits to re-verify an expired answer before falling back to it.
     pub fn new(

@@ -175,6 +175,11 @@ impl Settings {
             self.ratelimit.burst_seconds > 0.0 && self.ratelimit.deadline_ms > 0,
             "ratelimit.burst_seconds and ratelimit.deadline_ms must be positive"
         );
+        anyhow::ensure!(
+            self.ratelimit.fallback_replicas >= 1,
+            "ratelimit.fallback_replicas must be at least 1 (the gateway replicas sharing a \
+             tenant's plan while Redis cannot decide)"
+        );
         self.hop_budget()?;
         Ok(())
     }

@@ -191,8 +191,11 @@ async fn handle(
             ))
         }
     };
-    if let crate::ratelimit::Decision::Limited { retry_after } =
-        st.limiter.check(tenant.id, tenant.rate_limit_rps).await
+    if let Some(retry_after) = st
+        .limiter
+        .check(tenant.id, tenant.rate_limit_rps)
+        .await
+        .retry_after()
     {
         // Whole seconds, rounded up: `Retry-After: 0` would invite an immediate retry.
         let secs = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);

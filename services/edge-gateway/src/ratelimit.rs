@@ -5,18 +5,25 @@
 //! (`TIME`), so replicas with skewed clocks still agree. A tenant may send `rate_limit_rps`
 //! requests per second on average with a burst of `burst_seconds` worth of requests.
 //!
-//! **When Redis is down or slow the gateway fails open** and counts every such decision
-//! (`gateway_ratelimit_decisions_total{decision="fail_open"}`). The limiter protects fairness
-//! between tenants, not the fleet's life: failing closed would turn a Redis outage into a full
-//! outage of the API — the postmortem's lesson about letting a dependency's health take down
-//! everything (runbooks/rate-limiter.md). The limiter gets a small
-//! deadline of its own so a slow Redis costs each request at most that much.
+//! **When Redis is down or slow, each replica limits on its own** (issue 28): the same GCRA over
+//! a per-tenant bucket in this process, at the tenant's plan divided by `fallback_replicas` (the
+//! replicas that share the plan), counted as `gateway_ratelimit_decisions_total{decision=
+//! "local_allowed"|"local_limited"}`. Before, the gateway failed open: on a fresh clone's replay
+//! 49% of the legacy run's decisions were made without Redis, 99% in the scale-up step — the
+//! limit was off exactly when a storm made Redis slow. Failing closed would turn a Redis outage
+//! into a full outage of the API (the postmortem's lesson about a dependency's health taking
+//! everything down); the local bucket keeps each tenant to its share and needs nothing remote.
+//! The buckets also follow Redis's decisions while it answers, so an outage does not hand every
+//! tenant a fresh burst. The limiter gets a small deadline of its own so a slow Redis costs each
+//! request at most that much (runbooks/rate-limiter.md).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus::{IntCounter, IntCounterVec};
 use tokio::sync::Mutex;
+use tokio::time::Instant;
 
 /// Atomic GCRA. KEYS[1]: the tenant's key. ARGV[1]: emission interval T in microseconds (one
 /// request's share of a second). ARGV[2]: burst, in requests. Returns {allowed, retry_after_us}.
@@ -45,8 +52,24 @@ pub enum Decision {
     Limited {
         retry_after: Duration,
     },
-    /// Redis did not answer within the deadline: admitted without a decision (counted).
-    FailOpen,
+    /// Redis did not answer within the deadline: this replica's own bucket admitted it.
+    LocalAllowed,
+    /// Redis did not answer within the deadline: over this replica's share of the tenant's rate.
+    LocalLimited {
+        retry_after: Duration,
+    },
+}
+
+impl Decision {
+    /// `Some(when to come back)` for a refusal, whoever decided it.
+    pub fn retry_after(self) -> Option<Duration> {
+        match self {
+            Decision::Limited { retry_after } | Decision::LocalLimited { retry_after } => {
+                Some(retry_after)
+            }
+            Decision::Allowed | Decision::LocalAllowed => None,
+        }
+    }
 }
 
 /// `[ratelimit]` in the gateway's configuration.
@@ -58,6 +81,56 @@ pub struct RateLimitSettings {
     pub namespace: String,
     pub deadline_ms: u64,
     pub burst_seconds: f64,
+    /// How many gateway replicas share each tenant's plan: while Redis cannot decide, a replica
+    /// admits `rate_limit_rps / fallback_replicas` of a tenant on its own. The Deployment's
+    /// replica count (requests are spread evenly over them); with more replicas running, a tenant
+    /// gets up to running / this times its plan during an outage, with fewer, less.
+    pub fallback_replicas: u32,
+}
+
+/// One bucket's parameters: GCRA's emission interval and tolerance for `rps` requests per
+/// second with a burst of `burst_seconds` of them (at least one request).
+fn gcra(rps: f64, burst_seconds: f64) -> (Duration, Duration) {
+    let rps = rps.max(1e-3);
+    let interval = Duration::from_secs_f64(1.0 / rps);
+    let burst = (rps * burst_seconds).round().max(1.0);
+    (interval, interval.mul_f64(burst - 1.0))
+}
+
+/// Each tenant's GCRA state on this replica: its theoretical arrival time.
+#[derive(Default)]
+struct LocalBuckets {
+    tat: std::sync::Mutex<HashMap<i64, Instant>>,
+}
+
+/// Buckets past their tat hold nothing; pruned when the map grows past this (one entry per
+/// tenant seen: a few thousand tenants at most, the key store's size).
+const PRUNE_ABOVE: usize = 10_000;
+
+impl LocalBuckets {
+    /// Decide one request: `Some(retry_after)` when over the bucket. With `admit`, the request
+    /// was already admitted elsewhere (Redis): it is only recorded, as far as the bucket holds.
+    fn take(
+        &self,
+        tenant: i64,
+        interval: Duration,
+        tolerance: Duration,
+        admit: bool,
+    ) -> Option<Duration> {
+        let now = Instant::now();
+        let mut map = self.tat.lock().unwrap_or_else(|e| e.into_inner());
+        if map.len() > PRUNE_ABOVE {
+            map.retain(|_, tat| *tat > now);
+        }
+        let tat = map.entry(tenant).or_insert(now);
+        *tat = (*tat).max(now);
+        let ahead = *tat - now;
+        if ahead > tolerance {
+            return (!admit).then(|| ahead - tolerance);
+        }
+        *tat += interval;
+        None
+    }
 }
 
 pub struct RateLimiter {
@@ -65,6 +138,7 @@ pub struct RateLimiter {
     conn: Mutex<Option<redis::aio::MultiplexedConnection>>,
     script: redis::Script,
     settings: RateLimitSettings,
+    local: LocalBuckets,
     decisions: IntCounterVec,
     limited: IntCounter,
 }
@@ -77,7 +151,8 @@ impl RateLimiter {
         let client = redis::Client::open(settings.redis_url.as_str())?;
         let decisions = metrics.counter_vec(
             "gateway_ratelimit_decisions_total",
-            "Rate-limit decisions, by outcome (allowed, limited, fail_open: Redis did not answer in time)",
+            "Rate-limit decisions, by outcome (allowed, limited: by Redis; local_allowed, \
+             local_limited: Redis did not answer in time, this replica's bucket decided)",
             &["decision"],
         );
         let limited = metrics.register(
@@ -92,6 +167,7 @@ impl RateLimiter {
             conn: Mutex::new(None),
             script: redis::Script::new(GCRA),
             settings,
+            local: LocalBuckets::default(),
             decisions,
             limited,
         }))
@@ -100,30 +176,39 @@ impl RateLimiter {
     /// Decide for one request of `tenant`, allowed `rps` on average.
     pub async fn check(&self, tenant: i64, rps: u32) -> Decision {
         let deadline = Duration::from_millis(self.settings.deadline_ms);
+        let share = f64::from(rps) / f64::from(self.settings.fallback_replicas.max(1));
+        let (interval, tolerance) = gcra(share, self.settings.burst_seconds);
+        let local = |admit: bool| self.local.take(tenant, interval, tolerance, admit);
         let decision = match tokio::time::timeout(deadline, self.eval(tenant, rps)).await {
-            Ok(Ok((1, _))) => Decision::Allowed,
+            Ok(Ok((1, _))) => {
+                // Follow Redis: an outage starts from this replica's recent share, not a burst.
+                local(true);
+                Decision::Allowed
+            }
             Ok(Ok((_, retry_us))) => Decision::Limited {
                 retry_after: Duration::from_micros(retry_us.max(0) as u64),
             },
-            Ok(Err(e)) => {
-                tracing::warn!(error = %e, "rate limiter: Redis failed; failing open");
-                self.forget_connection();
-                Decision::FailOpen
-            }
-            Err(_) => {
+            failed => {
+                if let Ok(Err(e)) = failed {
+                    tracing::warn!(error = %e, "rate limiter: Redis failed; limiting locally");
+                }
                 // A half-dead connection may be what made us wait: start over next time.
                 self.forget_connection();
-                Decision::FailOpen
+                match local(false) {
+                    None => Decision::LocalAllowed,
+                    Some(retry_after) => Decision::LocalLimited { retry_after },
+                }
             }
         };
         let label = match decision {
             Decision::Allowed => "allowed",
-            Decision::Limited { .. } => {
-                self.limited.inc();
-                "limited"
-            }
-            Decision::FailOpen => "fail_open",
+            Decision::Limited { .. } => "limited",
+            Decision::LocalAllowed => "local_allowed",
+            Decision::LocalLimited { .. } => "local_limited",
         };
+        if decision.retry_after().is_some() {
+            self.limited.inc();
+        }
         self.decisions.with_label_values(&[label]).inc();
         decision
     }
@@ -180,19 +265,24 @@ mod tests {
         url
     }
 
+    fn limiter_for(redis_url: String, fallback_replicas: u32) -> Arc<RateLimiter> {
+        let settings = RateLimitSettings {
+            redis_url,
+            namespace: "test".into(),
+            deadline_ms: 50,
+            burst_seconds: 1.0,
+            fallback_replicas,
+        };
+        RateLimiter::new(settings, &lab_core::metrics::Metrics::new()).unwrap()
+    }
+
     /// Paused time: every duration below is the runtime's virtual clock, exact, not a wall-clock
     /// measurement. A decision that started while another was connecting costs its own deadline
     /// and no more: before, its reset waited for the lock the next decision took to connect,
     /// and the first decision took 90 ms of a 50 ms deadline.
     #[tokio::test(start_paused = true)]
     async fn a_black_holed_redis_costs_each_decision_its_deadline_and_no_more() {
-        let settings = RateLimitSettings {
-            redis_url: black_hole().await,
-            namespace: "test".into(),
-            deadline_ms: 50,
-            burst_seconds: 1.0,
-        };
-        let limiter = RateLimiter::new(settings, &lab_core::metrics::Metrics::new()).unwrap();
+        let limiter = limiter_for(black_hole().await, 1);
         let mut decisions = Vec::new();
         // Decisions 0, 40, 80, … ms apart: each starts while the one before is connecting.
         for i in 0..6u64 {
@@ -206,11 +296,80 @@ mod tests {
         }
         for d in decisions {
             let (decision, took) = d.await.unwrap();
-            assert_eq!(decision, Decision::FailOpen);
+            assert_eq!(decision, Decision::LocalAllowed);
             assert!(
                 took <= Duration::from_millis(51),
                 "a decision took {took:?} against a 50 ms deadline"
             );
         }
+    }
+
+    /// Redis black-holed: a tenant at 20 rps behind 2 replicas gets 10 rps from this one (a burst
+    /// of 10, then one per 100 ms), another tenant its own 10; before, all 60 were admitted
+    /// (fail open).
+    #[tokio::test(start_paused = true)]
+    async fn without_redis_each_replica_limits_every_tenant_to_its_share() {
+        let limiter = limiter_for(black_hole().await, 2);
+        let decide = |tenant: i64| {
+            let limiter = limiter.clone();
+            tokio::spawn(async move { limiter.check(tenant, 20).await })
+        };
+        let mut a = Vec::new();
+        let mut b = Vec::new();
+        for _ in 0..30 {
+            a.push(decide(1));
+            b.push(decide(2));
+        }
+        for (tenant, ds) in [(1, a), (2, b)] {
+            let mut admitted = 0;
+            for d in ds {
+                match d.await.unwrap() {
+                    Decision::LocalAllowed => admitted += 1,
+                    Decision::LocalLimited { retry_after } => {
+                        assert!(
+                            retry_after > Duration::ZERO && retry_after <= Duration::from_secs(3)
+                        )
+                    }
+                    other => panic!("tenant {tenant}: {other:?} with Redis black-holed"),
+                }
+            }
+            assert_eq!(admitted, 10, "tenant {tenant}: its share's burst, no more");
+        }
+        // 150 ms later (each decision comes at its 50 ms deadline): one interval and a half has
+        // refilled, so one more of tenant 1's three is admitted.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let mut again = Vec::new();
+        for _ in 0..3 {
+            again.push(decide(1));
+        }
+        let mut admitted = 0;
+        for d in again {
+            admitted += usize::from(d.await.unwrap() == Decision::LocalAllowed);
+        }
+        assert_eq!(admitted, 1);
+    }
+
+    /// While Redis decides, the local bucket records what it admitted (never refusing), so an
+    /// outage that starts right after a burst does not grant a second one.
+    #[tokio::test(start_paused = true)]
+    async fn the_local_bucket_follows_what_redis_admitted() {
+        let buckets = LocalBuckets::default();
+        let (interval, tolerance) = gcra(5.0, 1.0);
+        for _ in 0..8 {
+            assert_eq!(
+                buckets.take(1, interval, tolerance, true),
+                None,
+                "recording never refuses"
+            );
+        }
+        // The burst (5) is spent: the next local decision is a refusal, for one interval.
+        assert_eq!(
+            buckets.take(1, interval, tolerance, false),
+            Some(Duration::from_millis(200))
+        );
+        // A tenant Redis never saw starts with its burst.
+        assert_eq!(buckets.take(2, interval, tolerance, false), None);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(buckets.take(1, interval, tolerance, false), None);
     }
 }
