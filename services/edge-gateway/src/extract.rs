@@ -503,6 +503,9 @@ async fn attempt_once(
 ) -> Result<Attempt, ApiError> {
     let m = &st.upstream_metrics;
     let mut tried: Vec<String> = Vec::new();
+    // A refused connection to an endpoint kept in rotation (the last one: a Service address
+    // whose next connection may reach another pod) is tried once more, no more.
+    let mut refused_kept = false;
     loop {
         let Some(endpoint) = st.upstreams.pick(&tried) else {
             return Err(ApiError::from_failure(
@@ -552,7 +555,10 @@ async fn attempt_once(
                 // Nothing reached the replica: failover to the next one, same attempt.
                 guard.disarm();
                 m.failovers.inc();
-                st.upstreams.eject(&endpoint);
+                if !st.upstreams.eject(&endpoint) && !refused_kept {
+                    refused_kept = true;
+                    tried.retain(|u| u != &endpoint.url);
+                }
                 continue;
             }
             if unanswered {

@@ -6,7 +6,9 @@
 //! `failure_threshold` probes in a row stops receiving requests; `success_threshold` passes put it
 //! back. A connection refused on a real request ejects the replica at once (the process is gone;
 //! waiting for three probes would fail three seconds of requests), and that request moves to the
-//! next ready replica: nothing was sent, so this is failover, not a retry of work.
+//! next ready replica: nothing was sent, so this is failover, not a retry of work. The last
+//! endpoint in rotation is never ejected by a refusal (it may be a Service address standing for
+//! every pod: [`Upstreams::eject`]); its request tries it once more.
 //!
 //! The set of replicas may change while the gateway runs, as a Service's endpoints do when a
 //! Deployment is scaled: with `upstream.orchestrators_file` the list is re-read before every round
@@ -109,13 +111,28 @@ impl Upstreams {
             .cloned()
     }
 
-    /// Passive ejection after a refused connection.
-    pub fn eject(&self, e: &Endpoint) {
+    /// Passive ejection after a refused connection; `false` when `e` was kept: it is the last
+    /// endpoint in rotation. A refused connection says one process is gone, and the last
+    /// endpoint is where every request would go next: behind a Kubernetes Service address (the
+    /// kind gateway's one upstream) it stands for every orchestrator pod, and ejecting it made
+    /// one dead pod's refusal a `no_ready_upstream` for every request until the next probe
+    /// passed (issue 28). Taking the last endpoint out is the readiness probe's decision (the
+    /// postmortem's deep-readiness cascade is made of probes, not of refusals).
+    pub fn eject(&self, e: &Endpoint) -> bool {
+        let others_ready = self
+            .endpoints()
+            .iter()
+            .any(|o| !std::ptr::eq(o.as_ref(), e) && o.is_ready());
+        if !others_ready {
+            tracing::warn!(endpoint = %e.url, "connection refused by the last endpoint in rotation; kept");
+            return false;
+        }
         if e.ready.swap(false, Ordering::SeqCst) {
             tracing::warn!(endpoint = %e.url, "connection refused; out of rotation until /readyz passes");
         }
         e.consecutive_successes.store(0, Ordering::SeqCst);
         self.ready_gauge.with_label_values(&[&e.url]).set(0);
+        true
     }
 
     /// Re-read the endpoints file, if there is one: keep the replicas still listed (with their
@@ -231,4 +248,62 @@ fn read_list(path: &str) -> anyhow::Result<Vec<(String, String)>> {
             ),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn upstreams(n: usize) -> Arc<Upstreams> {
+        let urls: Vec<String> = (0..n)
+            .map(|i| format!("http://127.0.0.1:{}", 1 + i))
+            .collect();
+        let admins: Vec<String> = (0..n)
+            .map(|i| format!("http://127.0.0.1:{}", 101 + i))
+            .collect();
+        let settings = UpstreamSettings {
+            orchestrators: urls.join(","),
+            orchestrators_admin: admins.join(","),
+            orchestrators_file: None,
+            probe_interval_ms: 1000,
+            probe_timeout_ms: 500,
+            failure_threshold: 3,
+            success_threshold: 1,
+        };
+        let u = Upstreams::new(settings, &lab_core::metrics::Metrics::new()).unwrap();
+        for e in u.endpoints().iter() {
+            u.record(e, true);
+        }
+        u
+    }
+
+    /// A refused connection ejects a replica while another is in rotation, never the last one:
+    /// behind one Service address (the kind gateway) the last endpoint is every pod, and its
+    /// ejection answered every request `no_ready_upstream` until the next probe (issue 28).
+    #[test]
+    fn a_refused_connection_never_takes_the_last_endpoint_out_of_rotation() {
+        let one = upstreams(1);
+        let service = one.pick(&[]).expect("in rotation");
+        assert!(!one.eject(&service), "the only endpoint is kept");
+        assert!(one.pick(&[]).is_some(), "and still picked");
+
+        let two = upstreams(2);
+        let first = two.pick(&[]).unwrap();
+        assert!(
+            two.eject(&first),
+            "a replica with a peer in rotation is ejected"
+        );
+        let second = two.pick(&[]).unwrap();
+        assert_ne!(first.url, second.url);
+        assert!(!two.eject(&second), "its peer is now the last: kept");
+        assert_eq!(
+            two.pick(&[]).map(|e| e.url.clone()),
+            Some(second.url.clone())
+        );
+        // The readiness probe may still take it out: the deep-readiness cascade is probes.
+        for _ in 0..3 {
+            two.record(&second, false);
+        }
+        assert!(two.pick(&[]).is_none());
+    }
 }
