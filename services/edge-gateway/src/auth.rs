@@ -5,6 +5,10 @@
 //! `auth.cache_ttl_ms`, so PostgreSQL sees one lookup per key per TTL and is not on every
 //! request's path; a revocation takes effect within that TTL. When re-verifying fails, the last
 //! answer is used for up to `auth.stale_ttl_ms` more (fail static; see [`KeyStore::new`]).
+//!
+//! A gateway reads every key once when it starts ([`KeyStore::preload`]): a fresh replica (a
+//! rollout, a restart during a flood of random key ids) knows the real tenants' keys before
+//! their first request, so those never queue for a first lookup behind the flood.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
@@ -66,6 +70,7 @@ pub struct KeyStore {
     /// `auth.flood_guard`: the two bounds above (see [`KeyStore::with_flood_guard`]).
     flood_guard: bool,
     outcomes: IntCounterVec,
+    preloaded: prometheus::IntGauge,
 }
 
 /// A bounded set of unknown key ids: insertion order in a ring, the oldest out first (O(1)).
@@ -159,7 +164,74 @@ impl KeyStore {
                  few lookups such ids may make at once)",
                 &["result"],
             ),
+            preloaded: metrics.register(
+                prometheus::IntGauge::new(
+                    "gateway_auth_keys_preloaded",
+                    "API keys read into the cache when the gateway started (0 until the read \
+                     succeeded)",
+                )
+                .expect("valid metric"),
+            ),
         }
+    }
+
+    /// Read every key (up to [`KNOWN_CAPACITY`]) into the cache, as verified now; returns how
+    /// many. Issue 28: a fresh gateway under 5,000 never-seen ids a second served real tenants'
+    /// first requests 503 `auth_busy`, their lookups queued for the 2 first-lookup permits
+    /// behind the flood's; preloaded, a real key is a cache hit from the first request and the
+    /// permits are the flood's alone. The same columns the per-key lookup reads (its grant).
+    pub async fn preload(&self) -> Result<usize, sqlx::Error> {
+        let rows = sqlx::query_as::<_, (String, i64, Vec<u8>, bool, i32)>(
+            "SELECT k.key_id, k.tenant_id, k.key_sha256, k.revoked_at IS NOT NULL, t.rate_limit_rps
+             FROM api_keys k JOIN tenants t ON t.id = k.tenant_id LIMIT $1",
+        )
+        .bind(KNOWN_CAPACITY as i64)
+        .fetch_all(&self.pool)
+        .await?;
+        let now = Instant::now();
+        let mut cache = self.cache.lock().expect("auth cache lock");
+        for (key_id, tenant, hash, revoked, rps) in rows {
+            let answer = match hash.try_into() {
+                Ok(sha256) if !revoked => Cached::Active {
+                    tenant,
+                    rate_limit_rps: rps.max(1) as u32,
+                    sha256,
+                },
+                _ => Cached::Refused,
+            };
+            // A key a request verified meanwhile keeps that answer: it is as fresh.
+            cache.entry(key_id).or_insert(Entry {
+                verified_at: now,
+                checked_at: now,
+                answer,
+            });
+        }
+        let n = cache.len();
+        self.preloaded.set(n as i64);
+        Ok(n)
+    }
+
+    /// [`KeyStore::preload`] until it succeeds once, `every` apart (the gateway starts while
+    /// PostgreSQL is down; requests meanwhile fill the cache one key at a time).
+    pub fn spawn_preload(
+        self: &std::sync::Arc<Self>,
+        every: Duration,
+    ) -> tokio::task::JoinHandle<()> {
+        let me = self.clone();
+        tokio::spawn(async move {
+            loop {
+                match me.preload().await {
+                    Ok(n) => {
+                        tracing::info!(keys = n, "API keys preloaded");
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "preloading API keys failed; retrying");
+                        tokio::time::sleep(every).await;
+                    }
+                }
+            }
+        })
     }
 
     /// `auth.flood_guard = false` puts back the key store as it was before the flood was bounded,

@@ -48,7 +48,8 @@ const INTERNAL_PREFIX: &str = "x-lab-";
 
 pub struct Application {
     server: Server,
-    prober: AbortOnDrop,
+    /// The readiness prober and the key preload: stopped with the server.
+    background: Vec<AbortOnDrop>,
 }
 
 struct AbortOnDrop(tokio::task::JoinHandle<()>);
@@ -79,6 +80,12 @@ impl Application {
             )
             .with_flood_guard(settings.auth.flood_guard),
         );
+        // LAB-FIX(auth-flood): every key read once at start (the cache TTL apart while
+        // PostgreSQL cannot answer), so a fresh gateway knows the real tenants' keys before a
+        // flood of never-seen ids can queue ahead of them.
+        let preload = settings.auth.flood_guard.then(|| {
+            AbortOnDrop(keys.spawn_preload(Duration::from_millis(settings.auth.cache_ttl_ms)))
+        });
         let flags = settings.flags.watch(&metrics).await?;
         let health = Health::new();
         flags.gate(&health);
@@ -129,7 +136,10 @@ impl Application {
             .with_state(Arc::<str>::from(crate::openapi::document()));
         let api = api.merge(docs);
         let server = Server::bind(&settings.http, &settings.admin, api, health, metrics).await?;
-        Ok(Self { server, prober })
+        Ok(Self {
+            server,
+            background: std::iter::once(prober).chain(preload).collect(),
+        })
     }
 
     pub fn port(&self) -> u16 {
@@ -145,9 +155,9 @@ impl Application {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
-        let Application { server, prober } = self;
+        let Application { server, background } = self;
         let result = server.run_until_stopped(shutdown).await;
-        drop(prober);
+        drop(background);
         result
     }
 }

@@ -160,6 +160,53 @@ async fn a_never_seen_key_is_answered_within_the_budget_while_api_keys_is_locked
     assert_eq!(ok.status(), 200);
 }
 
+/// A fresh gateway knows every key that existed when it started: a real tenant's first request
+/// needs no lookup, so neither a locked `api_keys` nor a flood of never-seen ids queued for the
+/// first-lookup permits can refuse it (issue 28: a gateway restarted during a flood answered
+/// real tenants' first requests 503 until the flood stopped).
+#[tokio::test]
+async fn a_fresh_gateway_knows_its_tenants_keys_before_their_first_request() {
+    use sqlx::{Connection, Executor};
+    let (lab, key, _stub) = lab().await;
+    let mut preloaded = 0.0;
+    for _ in 0..100 {
+        preloaded = Lab::metric(&lab.gateway.admin, "gateway_auth_keys_preloaded", "").await;
+        if preloaded >= 1.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(preloaded, 1.0, "the one tenant's key, read at start");
+    let mut locker = sqlx::PgConnection::connect(&lab.db.url).await.unwrap();
+    locker.execute("BEGIN").await.unwrap();
+    locker
+        .execute("LOCK TABLE api_keys IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    let resp = testkit::http()
+        .post(format!("{}/v1/extract", lab.gateway.url))
+        .bearer_auth(&key)
+        .timeout(NO_ANSWER)
+        .json(&json!({"doc_id": "d", "text": ONE}))
+        .send()
+        .await;
+    locker.execute("ROLLBACK").await.unwrap();
+    let resp = resp.expect("an answer");
+    assert_eq!(
+        resp.status(),
+        200,
+        "its first request, with the key store locked: {:?}",
+        resp.text().await
+    );
+    let lookups_refused = Lab::metric(
+        &lab.gateway.admin,
+        "gateway_auth_total",
+        "result=\"unavailable\"",
+    )
+    .await;
+    assert_eq!(lookups_refused, 0.0);
+}
+
 #[tokio::test]
 async fn a_clients_traceparent_does_not_choose_the_trace_at_a_public_door() {
     let spans = lab_core::telemetry::recorder::global();
