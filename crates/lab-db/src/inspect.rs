@@ -331,17 +331,14 @@ pub async fn table_status(client: &Client) -> anyhow::Result<TableStatus> {
 }
 
 /// Client connections to this database that are not idle (postmortem "Step 2": "200 of 200
-/// connections active"), this connection excluded.
+/// connections active"), this connection excluded: every role's, through
+/// `lab_busy_connections()` (migrations/20261205000001: the count without pg_read_all_stats,
+/// which would show entity-service every session's query text).
 pub async fn busy_connections(client: &Client) -> anyhow::Result<i64> {
     let row = client
-        .query_one(
-            "SELECT count(*) FROM pg_stat_activity
-             WHERE datname = current_database() AND backend_type = 'client backend'
-               AND state <> 'idle' AND pid <> pg_backend_pid()",
-            &[],
-        )
+        .query_one("SELECT lab_busy_connections()", &[])
         .await
-        .context("reading pg_stat_activity")?;
+        .context("reading lab_busy_connections() (pg_stat_activity)")?;
     Ok(row.get(0))
 }
 

@@ -111,8 +111,7 @@ pub async fn prepare(url: &str) -> anyhow::Result<()> {
         .connect(url)
         .await
         .with_context(|| format!("connecting to {name:?}"))?;
-    MIGRATOR
-        .run(&pool)
+    run_migrations(url, &pool)
         .await
         .with_context(|| format!("migrating {name:?}"))?;
     for (setting, value, _why) in PINNED_SETTINGS {
@@ -139,12 +138,38 @@ pub async fn migrate(url: &str) -> anyhow::Result<()> {
         .with_context(|| {
             format!("connecting to {name:?} (prepare and seed it first: labctl seed)")
         })?;
-    MIGRATOR
-        .run(&pool)
+    run_migrations(url, &pool)
         .await
         .with_context(|| format!("migrating {name:?}"))?;
     pool.close().await;
     Ok(())
+}
+
+/// The advisory lock every migration run holds on the cluster's `postgres` database.
+const MIGRATIONS_LOCK: i64 = 0x7273_6c5f_726f_6c65; // "rsl_role"
+
+/// Run the migrations on `pool` (the database in `url`) one database at a time across the
+/// cluster. sqlx locks each database's migrations, but roles and their memberships are
+/// cluster-wide: 20261201000001 grants pg_read_all_stats and 20261205000001 revokes it, and a
+/// GRANT racing a REVOKE of the same membership in another database fails with "tuple
+/// concurrently updated" (a test run migrates a database per test, in parallel). Advisory
+/// locks are per database, so the lock is taken on the maintenance database, on a connection
+/// of its own, for as long as the run lasts.
+async fn run_migrations(url: &str, pool: &sqlx::PgPool) -> anyhow::Result<()> {
+    let admin = PgConnectOptions::from_str(url)?.database("postgres");
+    let mut lock = admin
+        .connect()
+        .await
+        .context("connecting to the cluster's postgres database for the migrations' lock")?;
+    sqlx::query("SELECT pg_advisory_lock($1)")
+        .bind(MIGRATIONS_LOCK)
+        .execute(&mut lock)
+        .await
+        .context("taking the migrations' lock")?;
+    let result = MIGRATOR.run(pool).await;
+    // Closing the session releases the lock whatever happened.
+    lock.close().await.ok();
+    Ok(result?)
 }
 
 /// Drop the database named in `url` (tests clean up with this).

@@ -42,9 +42,17 @@ async fn each_service_role_runs_its_own_queries_and_is_refused_the_rest() {
         (lab_db::GATEWAY_ROLE, "SELECT count(*) FROM entities", Err(DENIED)),
         (lab_db::GATEWAY_ROLE, "UPDATE tenants SET rate_limit_rps = 1000000", Err(DENIED)),
         (lab_db::GATEWAY_ROLE, "SELECT count(*) FROM enrichment_documents", Err(DENIED)),
+        // ...and of those, the columns the key lookup reads (migrations/20261205000001).
+        (lab_db::GATEWAY_ROLE, "SELECT k.key_id, k.key_sha256, k.revoked_at FROM api_keys k", Ok(())),
+        (lab_db::GATEWAY_ROLE, "SELECT name FROM tenants", Err(DENIED)),
+        (lab_db::GATEWAY_ROLE, "SELECT plan FROM tenants", Err(DENIED)),
+        (lab_db::GATEWAY_ROLE, "SELECT created_at FROM api_keys", Err(DENIED)),
+        (lab_db::GATEWAY_ROLE, "SELECT lab_busy_connections()", Err(DENIED)),
+        (lab_db::GATEWAY_ROLE, "CREATE TABLE public.planted (x int)", Err(DENIED)),
         // entity-service: entities, read only; never a key hash.
         (lab_db::ENTITY_SERVICE_ROLE, "SELECT id FROM entities WHERE tenant_id = 1", Ok(())),
         (lab_db::ENTITY_SERVICE_ROLE, "SELECT state FROM pg_stat_activity", Ok(())),
+        (lab_db::ENTITY_SERVICE_ROLE, "SELECT lab_busy_connections()", Ok(())),
         (lab_db::ENTITY_SERVICE_ROLE, "SELECT key_sha256 FROM api_keys", Err(DENIED)),
         (lab_db::ENTITY_SERVICE_ROLE, "UPDATE entities SET popularity = 0", Err(DENIED)),
         // enrichment: its own tables; no keys, no entities.
@@ -60,6 +68,45 @@ async fn each_service_role_runs_its_own_queries_and_is_refused_the_rest() {
             "{role}: {sql}"
         );
     }
+}
+
+/// entity-service counts every role's busy connections (the postmortem's "200 of 200 active")
+/// but reads no other session's query text: pg_read_all_stats showed it every statement, the
+/// deployment's `ALTER ROLE ... PASSWORD` included (issue 28).
+#[tokio::test]
+async fn entity_service_counts_the_databases_busy_connections_but_reads_no_ones_query() {
+    use sqlx::{Connection, Executor, Row};
+    let db = TestDb::new().await;
+    // Another role's session, busy in a statement that names a secret.
+    let mut other = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    other.execute("BEGIN").await.unwrap();
+    other
+        .execute("SELECT 'hunter2' AS password, pg_sleep(0)")
+        .await
+        .unwrap();
+    let other_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut other)
+        .await
+        .unwrap();
+    let url = service_role_url(&db.url, lab_db::ENTITY_SERVICE_ROLE).await;
+    let mut es = lab_db::connect(&url).await.unwrap();
+    let row = sqlx::query(
+        "SELECT (SELECT query FROM pg_stat_activity WHERE pid = $1), lab_busy_connections()",
+    )
+    .bind(other_pid)
+    .fetch_one(&mut es)
+    .await
+    .unwrap();
+    let query: Option<String> = row.get(0);
+    let busy: i64 = row.get(1);
+    other.execute("ROLLBACK").await.unwrap();
+    assert_eq!(
+        query.as_deref(),
+        Some("<insufficient privilege>"),
+        "another role's statement, as entity-service reads it"
+    );
+    // The other session is idle in transaction: not idle, so counted.
+    assert!(busy >= 1, "lab_busy_connections() counted {busy}");
 }
 
 #[tokio::test]
