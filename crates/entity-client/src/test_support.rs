@@ -36,6 +36,8 @@ pub struct Reply {
     pub delay: Duration,
     /// The body; `None` = `{"results":[]}` for 2xx, an `{"error":...}` body otherwise.
     pub body: Option<String>,
+    /// Answer one `null` (no match) per span the request sent, whatever the batch's size.
+    pub per_span: bool,
     /// The error-table row to name in `x-lab-error-origin`, as the real entity-service does.
     pub origin: Option<&'static lab_contract::Failure>,
 }
@@ -60,6 +62,7 @@ impl Reply {
             status,
             delay: Duration::ZERO,
             body: None,
+            per_span: false,
             origin,
         }
     }
@@ -85,6 +88,14 @@ impl Reply {
     pub fn with_origin(mut self, row: &'static lab_contract::Failure) -> Self {
         self.origin = Some(row);
         self
+    }
+
+    /// 200 with one `null` per span sent: a valid answer for a batch of any size.
+    pub fn nulls() -> Self {
+        Self {
+            per_span: true,
+            ..Self::ok()
+        }
     }
 
     /// The same reply with this body.
@@ -256,7 +267,11 @@ impl Drop for InFlight {
     }
 }
 
-async fn handle(State(shared): State<Arc<Shared>>, hdrs: HeaderMap) -> Response {
+async fn handle(
+    State(shared): State<Arc<Shared>>,
+    hdrs: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
     let get = |name: &str| {
         hdrs.get(name)
             .and_then(|v| v.to_str().ok())
@@ -285,8 +300,15 @@ async fn handle(State(shared): State<Arc<Shared>>, hdrs: HeaderMap) -> Response 
     tokio::time::sleep(reply.delay).await;
     guard.answered = true;
     let status = StatusCode::from_u16(reply.status).expect("valid status");
+    let spans = || {
+        serde_json::from_slice::<ResolveRequest>(&body)
+            .map(|r| r.spans.len())
+            .unwrap_or(0)
+    };
     let body = reply.body.unwrap_or_else(|| {
-        if status.is_success() {
+        if status.is_success() && reply.per_span {
+            format!(r#"{{"results":[{}]}}"#, vec!["null"; spans()].join(","))
+        } else if status.is_success() {
             r#"{"results":[]}"#.to_string()
         } else {
             format!(r#"{{"error":{{"code":"stub","message":"stub answered {status}"}}}}"#)

@@ -193,6 +193,10 @@ failures! {
     OR_NOT_FOUND = (Orchestrator, "not_found", 404, false, "no such route");
     OR_METHOD_NOT_ALLOWED = (Orchestrator, "method_not_allowed", 405,
         false, "this route does not accept that method");
+    /// One document's work is bounded (issue 28): past `entity.max_spans` distinct spans it is
+    /// refused before any lookup, whatever the caches hold.
+    OR_TOO_MANY_SPANS = (Orchestrator, "too_many_spans", 422,
+        false, "the document names more distinct entities than one request may resolve: split it into smaller documents");
     OR_CALLER_GONE = (Orchestrator, "caller_gone", 499,
         false, "the gateway dropped the request (its budget or attempt ended) before the answer");
     OR_INTERNAL = (Orchestrator, "internal", 500, false, "a bug in the orchestrator; not expected");

@@ -133,6 +133,9 @@ pub const ATTEMPT_OUTCOMES: &[&str] = &[
          body = crate::openapi::schema::ErrorBody),
         (status = 415, description = "`unsupported_media_type`: the body is not declared JSON.",
          body = crate::openapi::schema::ErrorBody),
+        (status = 422, description = "`too_many_spans`: the document names more distinct \
+         entities than one request may resolve (1,024 by default): split it.",
+         body = crate::openapi::schema::ErrorBody),
         (status = 429, description = "`rate_limited`: the tenant is over its plan's requests \
          per second.", body = crate::openapi::schema::ErrorBody,
          headers(("Retry-After" = u64))),

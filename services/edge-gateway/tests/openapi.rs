@@ -64,7 +64,7 @@ fn openapi_documents_the_bearer_scheme_and_every_extract_status() {
     statuses.sort();
     assert_eq!(
         statuses,
-        ["200", "400", "401", "408", "413", "415", "429", "500", "502", "503", "504"]
+        ["200", "400", "401", "408", "413", "415", "422", "429", "500", "502", "503", "504"]
     );
     for (status, r) in op["responses"].as_object().unwrap() {
         assert!(

@@ -30,6 +30,10 @@ pub struct Settings {
 pub struct EntitySettings {
     pub urls: String,
     pub batch_size: usize,
+    /// A document's resolve calls in flight at once (the rest wait for one to end).
+    pub batches_in_flight: usize,
+    /// Distinct spans one document may ask for; past it the request is refused (422).
+    pub max_spans: usize,
 }
 
 impl EntitySettings {
@@ -78,8 +82,10 @@ impl Settings {
             "entity.urls: at least one entity-service URL is required (LAB_ENTITY__URLS)"
         );
         anyhow::ensure!(
-            self.entity.batch_size > 0,
-            "entity.batch_size must be at least 1"
+            self.entity.batch_size > 0
+                && self.entity.batches_in_flight > 0
+                && self.entity.max_spans > 0,
+            "entity.batch_size, entity.batches_in_flight and entity.max_spans must be at least 1"
         );
         anyhow::ensure!(self.cache.capacity > 0, "cache.capacity must be at least 1");
         anyhow::ensure!(

@@ -14,6 +14,7 @@ use lab_api::wire::{
 use lab_core::http::{ApiError, JsonBody};
 use lab_kafka::EventProducer;
 
+use futures::StreamExt;
 use lab_core::call::CallContext;
 use lab_flags::Snapshot;
 use prometheus::IntCounter;
@@ -30,6 +31,10 @@ pub struct AppState {
     pub cache: Arc<ResolutionCache>,
     pub entity: Arc<EntityClients>,
     pub batch_size: usize,
+    /// `entity.batches_in_flight`: a document's calls at once.
+    pub batches_in_flight: usize,
+    /// `entity.max_spans`: distinct spans one document may ask for.
+    pub max_spans: usize,
     /// `orchestrator.dispatch` total from the hop table: what this hop promises its caller.
     pub dispatch_total: Duration,
     /// `doc.ingested` publishing (None: off).
@@ -137,6 +142,16 @@ async fn handle(
     now: Instant,
 ) -> Result<Json<ExtractResponse>, ApiError> {
     let units = plan(&req.text);
+    if units.len() > st.max_spans {
+        return Err(ApiError::from_failure(
+            &lab_contract::errors::OR_TOO_MANY_SPANS,
+            format!(
+                "{} distinct spans; one document may ask for {}",
+                units.len(),
+                st.max_spans
+            ),
+        ));
+    }
     let mut answers: Vec<Option<Option<Resolution>>> = Vec::with_capacity(units.len());
     let mut misses: Vec<usize> = Vec::new();
     for (i, unit) in units.iter().enumerate() {
@@ -147,18 +162,27 @@ async fn handle(
         answers.push(hit);
     }
 
-    // Misses go out in batches, concurrently: the document's latency is its slowest batch.
-    let calls = misses.chunks(st.batch_size).map(|chunk| {
-        let body = ResolveRequest {
-            doc_id: req.doc_id.clone(),
-            tenant: req.tenant_id,
-            locale: req.locale.clone(),
-            spans: chunk.iter().map(|&i| units[i].query.clone()).collect(),
-        };
-        let (entity, ctx, flags) = (&st.entity, &ctx, &flags);
-        async move { entity.resolve(flags, ctx, &body).await.map(|r| (chunk, r)) }
-    });
-    for result in futures::future::join_all(calls).await {
+    // Misses go out in batches, `batches_in_flight` at once: a real document's few calls all
+    // together (its latency is its slowest), a large one's a few at a time, so one document
+    // cannot take every slot in front of entity-service (issue 28).
+    let calls: Vec<_> = misses
+        .chunks(st.batch_size)
+        .map(|chunk| {
+            let body = ResolveRequest {
+                doc_id: req.doc_id.clone(),
+                tenant: req.tenant_id,
+                locale: req.locale.clone(),
+                spans: chunk.iter().map(|&i| units[i].query.clone()).collect(),
+            };
+            let (entity, ctx, flags) = (&st.entity, &ctx, &flags);
+            async move { entity.resolve(flags, ctx, &body).await.map(|r| (chunk, r)) }
+        })
+        .collect();
+    let results: Vec<_> = futures::stream::iter(calls)
+        .buffer_unordered(st.batches_in_flight)
+        .collect()
+        .await;
+    for result in results {
         let (chunk, resp) = result?;
         if resp.results.len() != chunk.len() {
             return Err(ApiError::from_failure(

@@ -65,6 +65,8 @@ impl Application {
             cache: cache.clone(),
             entity: entity.clone(),
             batch_size: settings.entity.batch_size,
+            batches_in_flight: settings.entity.batches_in_flight,
+            max_spans: settings.entity.max_spans,
             dispatch_total: table.orchestrator.total,
             events: events.clone(),
             orphaned: metrics.register(
