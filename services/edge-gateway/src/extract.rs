@@ -628,7 +628,7 @@ async fn attempt_once(
     }
 }
 
-/// Process-unique, time-ordered request id when the client sent none.
+/// A process-unique, time-ordered request id, minted for every request (never the client's).
 fn new_request_id() -> String {
     static SEQ: AtomicU64 = AtomicU64::new(0);
     let nanos = SystemTime::now()

@@ -74,9 +74,9 @@ impl Modify for EdgeConventions {
         let request_id = HeaderBuilder::new()
             .schema(ObjectBuilder::new().schema_type(Type::String))
             .description(Some(
-                "The request's id: the client's own `X-Request-Id` when it sent a usable one \
-                 (1..=128 visible ASCII characters), else one the gateway made. Quote it in \
-                 support requests; every service logs it.",
+                "The request's id, made by the gateway for every request (a client's own \
+                 `X-Request-Id` is not used: the id picks the hotfix canary's cohort on every \
+                 hop). Quote it in support requests; every service logs it.",
             ))
             .build();
         // `Retry-After: 0` would invite an immediate retry; the handler sends at least 1.
