@@ -176,7 +176,7 @@ impl KeyStore {
     }
 
     /// Read every key (up to [`KNOWN_CAPACITY`]) into the cache, as verified now; returns how
-    /// many. Issue 28: a fresh gateway under 5,000 never-seen ids a second served real tenants'
+    /// many were read. Issue 28: a fresh gateway under 5,000 never-seen ids a second served real tenants'
     /// first requests 503 `auth_busy`, their lookups queued for the 2 first-lookup permits
     /// behind the flood's; preloaded, a real key is a cache hit from the first request and the
     /// permits are the flood's alone. The same columns the per-key lookup reads (its grant).
@@ -189,6 +189,7 @@ impl KeyStore {
         .fetch_all(&self.pool)
         .await?;
         let now = Instant::now();
+        let read = rows.len();
         let mut cache = self.cache.lock().expect("auth cache lock");
         for (key_id, tenant, hash, revoked, rps) in rows {
             let answer = match hash.try_into() {
@@ -206,9 +207,8 @@ impl KeyStore {
                 answer,
             });
         }
-        let n = cache.len();
-        self.preloaded.set(n as i64);
-        Ok(n)
+        self.preloaded.set(read as i64);
+        Ok(read)
     }
 
     /// [`KeyStore::preload`] until it succeeds once, `every` apart (the gateway starts while

@@ -53,6 +53,31 @@ async fn raw(gateway_url: &str, head: &str, body: &[u8]) -> Option<String> {
     text.lines().next().map(str::to_owned)
 }
 
+/// The keys the gateway read at start, once it has (bounded wait: 5 s).
+async fn preloaded(lab: &Lab) -> f64 {
+    for _ in 0..100 {
+        let n = Lab::metric(&lab.gateway.admin, "gateway_auth_keys_preloaded", "").await;
+        if n >= 1.0 {
+            return n;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    0.0
+}
+
+/// A connection holding `api_keys` locked ACCESS EXCLUSIVE in an open transaction: every
+/// lookup of a key waits until it rolls back.
+async fn lock_api_keys(db_url: &str) -> sqlx::PgConnection {
+    use sqlx::{Connection, Executor};
+    let mut locker = sqlx::PgConnection::connect(db_url).await.unwrap();
+    locker.execute("BEGIN").await.unwrap();
+    locker
+        .execute("LOCK TABLE api_keys IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    locker
+}
+
 fn head(key: &str, content_length: usize) -> String {
     format!(
         "POST /v1/extract HTTP/1.1\r\nHost: gateway\r\nAuthorization: Bearer {key}\r\n\
@@ -128,15 +153,12 @@ async fn a_slow_upload_is_answered_408_when_the_budget_ends_not_held_open() {
 
 #[tokio::test]
 async fn a_never_seen_key_is_answered_within_the_budget_while_api_keys_is_locked() {
-    use sqlx::{Connection, Executor};
     let (lab, _key, _stub) = lab().await;
+    // A key made after the gateway read its keys at start (else the preload may read it: the
+    // first lookup this test is about would never happen).
+    preloaded(&lab).await;
     let fresh = fixtures::tenant_with_key(&lab.db.url, 2).await;
-    let mut locker = sqlx::PgConnection::connect(&lab.db.url).await.unwrap();
-    locker.execute("BEGIN").await.unwrap();
-    locker
-        .execute("LOCK TABLE api_keys IN ACCESS EXCLUSIVE MODE")
-        .await
-        .unwrap();
+    let mut locker = lock_api_keys(&lab.db.url).await;
     let resp = testkit::http()
         .post(format!("{}/v1/extract", lab.gateway.url))
         .bearer_auth(&fresh.api_key)
@@ -144,7 +166,9 @@ async fn a_never_seen_key_is_answered_within_the_budget_while_api_keys_is_locked
         .json(&json!({"doc_id": "d", "text": ONE}))
         .send()
         .await;
-    locker.execute("ROLLBACK").await.unwrap();
+    sqlx::Executor::execute(&mut locker, "ROLLBACK")
+        .await
+        .unwrap();
     let resp = resp.expect("an answer, not a request held while the key store is locked");
     assert_eq!(resp.status(), 503);
     let body: serde_json::Value = resp.json().await.unwrap();
@@ -166,23 +190,13 @@ async fn a_never_seen_key_is_answered_within_the_budget_while_api_keys_is_locked
 /// real tenants' first requests 503 until the flood stopped).
 #[tokio::test]
 async fn a_fresh_gateway_knows_its_tenants_keys_before_their_first_request() {
-    use sqlx::{Connection, Executor};
     let (lab, key, _stub) = lab().await;
-    let mut preloaded = 0.0;
-    for _ in 0..100 {
-        preloaded = Lab::metric(&lab.gateway.admin, "gateway_auth_keys_preloaded", "").await;
-        if preloaded >= 1.0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(preloaded, 1.0, "the one tenant's key, read at start");
-    let mut locker = sqlx::PgConnection::connect(&lab.db.url).await.unwrap();
-    locker.execute("BEGIN").await.unwrap();
-    locker
-        .execute("LOCK TABLE api_keys IN ACCESS EXCLUSIVE MODE")
-        .await
-        .unwrap();
+    assert_eq!(
+        preloaded(&lab).await,
+        1.0,
+        "the one tenant's key, read at start"
+    );
+    let mut locker = lock_api_keys(&lab.db.url).await;
     let resp = testkit::http()
         .post(format!("{}/v1/extract", lab.gateway.url))
         .bearer_auth(&key)
@@ -190,7 +204,9 @@ async fn a_fresh_gateway_knows_its_tenants_keys_before_their_first_request() {
         .json(&json!({"doc_id": "d", "text": ONE}))
         .send()
         .await;
-    locker.execute("ROLLBACK").await.unwrap();
+    sqlx::Executor::execute(&mut locker, "ROLLBACK")
+        .await
+        .unwrap();
     let resp = resp.expect("an answer");
     assert_eq!(
         resp.status(),
