@@ -65,6 +65,23 @@ async fn preloaded(lab: &Lab) -> f64 {
     0.0
 }
 
+/// One request with `key` while `api_keys` is locked ACCESS EXCLUSIVE (released once it is
+/// answered, or after [`NO_ANSWER`]).
+async fn while_api_keys_is_locked(lab: &Lab, key: &str) -> reqwest::Result<reqwest::Response> {
+    let mut locker = lock_api_keys(&lab.db.url).await;
+    let resp = testkit::http()
+        .post(format!("{}/v1/extract", lab.gateway.url))
+        .bearer_auth(key)
+        .timeout(NO_ANSWER)
+        .json(&json!({"doc_id": "d", "text": ONE}))
+        .send()
+        .await;
+    sqlx::Executor::execute(&mut locker, "ROLLBACK")
+        .await
+        .unwrap();
+    resp
+}
+
 /// A connection holding `api_keys` locked ACCESS EXCLUSIVE in an open transaction: every
 /// lookup of a key waits until it rolls back.
 async fn lock_api_keys(db_url: &str) -> sqlx::PgConnection {
@@ -158,17 +175,7 @@ async fn a_never_seen_key_is_answered_within_the_budget_while_api_keys_is_locked
     // first lookup this test is about would never happen).
     preloaded(&lab).await;
     let fresh = fixtures::tenant_with_key(&lab.db.url, 2).await;
-    let mut locker = lock_api_keys(&lab.db.url).await;
-    let resp = testkit::http()
-        .post(format!("{}/v1/extract", lab.gateway.url))
-        .bearer_auth(&fresh.api_key)
-        .timeout(NO_ANSWER)
-        .json(&json!({"doc_id": "d", "text": ONE}))
-        .send()
-        .await;
-    sqlx::Executor::execute(&mut locker, "ROLLBACK")
-        .await
-        .unwrap();
+    let resp = while_api_keys_is_locked(&lab, &fresh.api_key).await;
     let resp = resp.expect("an answer, not a request held while the key store is locked");
     assert_eq!(resp.status(), 503);
     let body: serde_json::Value = resp.json().await.unwrap();
@@ -196,17 +203,7 @@ async fn a_fresh_gateway_knows_its_tenants_keys_before_their_first_request() {
         1.0,
         "the one tenant's key, read at start"
     );
-    let mut locker = lock_api_keys(&lab.db.url).await;
-    let resp = testkit::http()
-        .post(format!("{}/v1/extract", lab.gateway.url))
-        .bearer_auth(&key)
-        .timeout(NO_ANSWER)
-        .json(&json!({"doc_id": "d", "text": ONE}))
-        .send()
-        .await;
-    sqlx::Executor::execute(&mut locker, "ROLLBACK")
-        .await
-        .unwrap();
+    let resp = while_api_keys_is_locked(&lab, &key).await;
     let resp = resp.expect("an answer");
     assert_eq!(
         resp.status(),
