@@ -340,6 +340,7 @@ impl CellSpec {
             flags: BTreeMap::new(),
             run: run.iter().cloned().map(Step::from).collect(),
             window: Default::default(),
+            ends: Default::default(),
             postmortem: None,
             verdict: BTreeMap::new(),
         };

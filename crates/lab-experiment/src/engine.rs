@@ -241,8 +241,16 @@ pub async fn execute(
         TargetSource::Native(dir) => native_targets(dir)?.0,
     };
     set_mode(run, &store, &http, &targets).await?;
-    let (seconds, phase_starts) = timetable(sc, run.time_scale);
-    let total: u64 = seconds.iter().sum();
+    let timetable = Timetable::new(sc, run.time_scale);
+    let total: u64 = timetable.seconds.iter().sum();
+    // A phase held for its run makes the timeline longer: the generator is given room for every
+    // hold and stopped when the timeline ends.
+    let holds = sc
+        .phases
+        .iter()
+        .filter(|p| p.ends == crate::scenario::Ends::AfterRun)
+        .count() as u64;
+    let load_seconds = total + holds * HOLD_MAX as u64;
     println!(
         "{} in {} mode: {} phases, {total} s, {:.0} rps base rate",
         sc.name,
@@ -251,7 +259,13 @@ pub async fn execute(
         run.rate
     );
     let control = RateControl::new(sc.phases[0].rate.unwrap_or(run.rate))?;
-    let load_args = LoadArgs::stream(&run.gateway, control.get(), total, run.tenants, run.seed);
+    let load_args = LoadArgs::stream(
+        &run.gateway,
+        control.get(),
+        load_seconds,
+        run.tenants,
+        run.seed,
+    );
     let source = DocSource::open(Docs::Stream, &globals.data_dir, load_args.tenants)?;
     std::fs::create_dir_all(&run.out).with_context(|| format!("creating {}", run.out.display()))?;
     let actions_log = Log::file(&run.out.join("actions.log"))?;
@@ -295,29 +309,36 @@ pub async fn execute(
         globals,
         store: &store,
         control: &control,
-        seconds: &seconds,
-        total,
+        timetable,
         started,
         actions_log,
         running: Vec::new(),
+        released: vec![false; sc.phases.len()],
         status_path: match &run.targets {
             TargetSource::Native(dir) => Some(status_file(dir)),
             TargetSource::Fixed(_) => None,
         },
     };
-    let end = total as f64 + sc.settle_seconds as f64;
+    let settle = sc.settle_seconds as f64;
     let bar = crate::progress::timeline(
-        end.ceil() as u64,
+        (clock.timetable.end() + settle).ceil() as u64,
         &format!("{} {}", sc.name, run.mode.variant()),
     );
     let (mut current, mut next_tick) = (usize::MAX, started);
     loop {
         let t = started.elapsed().as_secs_f64();
-        if t > end {
+        if current != usize::MAX {
+            clock.hold(current, t, &bar);
+        }
+        let end = clock.timetable.end();
+        if t >= end {
+            control.stop();
+        }
+        if t > end + settle {
             break;
         }
         bar.set_position(t as u64);
-        let phase = phase_starts.iter().rposition(|s| *s <= t).unwrap_or(0);
+        let phase = clock.timetable.phase_at(t);
         clock.write_status(phase, t);
         if phase != current {
             current = phase;
@@ -333,12 +354,14 @@ pub async fn execute(
     if let Some(path) = &clock.status_path {
         let _ = std::fs::remove_file(path);
     }
+    control.stop();
     let load_report = load_task.await.context("load generator panicked")??;
     store.reset().await?;
+    let timetable = clock.timetable.clone();
     let actions = clock.finish().await;
     let outcome = measured(
         sc,
-        (&seconds, &phase_starts),
+        (&timetable.seconds, &timetable.starts),
         targets,
         &ticks,
         load_report,
@@ -405,22 +428,71 @@ async fn set_mode(
     wait_applied(http, &http_targets, "client.mode", run.mode.variant()).await
 }
 
-/// Each phase's seconds (scaled, at least 1) and its start, in seconds since the run began.
-fn timetable(sc: &Scenario, time_scale: f64) -> (Vec<u64>, Vec<f64>) {
-    let seconds: Vec<u64> = sc
-        .phases
-        .iter()
-        .map(|p| ((p.seconds as f64 * time_scale).round() as u64).max(1))
-        .collect();
-    let starts = seconds
-        .iter()
-        .scan(0u64, |acc, s| {
-            let start = *acc;
-            *acc += s;
-            Some(start as f64)
-        })
-        .collect();
-    (seconds, starts)
+/// The longest a phase that `ends: after-run` waits for its run before the timeline goes on
+/// anyway (the phase's action is still reported, with its real duration): a rolling restart of
+/// the scale-up's 8 orchestrators took 45 s on 2 cores, and each replica may take up to
+/// lab-native's 60 s readiness wait; 300 s is room for five slow replicas, and it bounds how long
+/// the load generator may have to run past the scenario's own seconds.
+pub const HOLD_MAX: f64 = 300.0;
+
+/// Each phase's seconds and its start, in seconds since the run began. They start as the
+/// scenario's (scaled, at least 1 s); a phase that `ends: after-run` is held while its run goes
+/// on — its scaled seconds then count from when the run finished — and every later phase moves
+/// with it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Timetable {
+    pub seconds: Vec<u64>,
+    pub starts: Vec<f64>,
+    scaled: Vec<u64>,
+}
+
+impl Timetable {
+    pub fn new(sc: &Scenario, time_scale: f64) -> Self {
+        let seconds: Vec<u64> = sc
+            .phases
+            .iter()
+            .map(|p| ((p.seconds as f64 * time_scale).round() as u64).max(1))
+            .collect();
+        let starts = seconds
+            .iter()
+            .scan(0u64, |acc, s| {
+                let start = *acc;
+                *acc += s;
+                Some(start as f64)
+            })
+            .collect();
+        Self {
+            scaled: seconds.clone(),
+            seconds,
+            starts,
+        }
+    }
+
+    /// The phase running at `t`.
+    pub fn phase_at(&self, t: f64) -> usize {
+        self.starts.iter().rposition(|s| *s <= t).unwrap_or(0)
+    }
+
+    /// When the last phase ends.
+    pub fn end(&self) -> f64 {
+        self.starts.last().copied().unwrap_or(0.0)
+            + self.seconds.last().copied().unwrap_or(0) as f64
+    }
+
+    /// Phase `i`'s run was still going at `t` (or was seen finished at `t`): the phase lasts its
+    /// scaled seconds from the next whole second, the later phases move with it. Never
+    /// shortens a phase.
+    pub fn hold(&mut self, i: usize, t: f64) {
+        let end = self.starts[i] + self.seconds[i] as f64;
+        let wanted = t.ceil() + self.scaled[i] as f64;
+        if wanted > end {
+            let delta = wanted - end;
+            self.seconds[i] += delta as u64;
+            for s in &mut self.starts[i + 1..] {
+                *s += delta;
+            }
+        }
+    }
 }
 
 /// The timeline as it runs: what entering a phase does, and the actions it started.
@@ -429,11 +501,13 @@ struct Clock<'a> {
     globals: &'a Globals,
     store: &'a lab_flags::Store,
     control: &'a RateControl,
-    seconds: &'a [u64],
-    total: u64,
+    timetable: Timetable,
     started: Instant,
     actions_log: Log,
-    running: Vec<tokio::task::JoinHandle<Vec<ActionRun>>>,
+    /// Each phase's actions, by phase index.
+    running: Vec<(usize, tokio::task::JoinHandle<Vec<ActionRun>>)>,
+    /// Phases that `end: after-run` no longer held (their run finished, or HOLD_MAX passed).
+    released: Vec<bool>,
     /// Where `labctl watch` reads the current step (native labs only).
     status_path: Option<PathBuf>,
 }
@@ -452,7 +526,7 @@ impl Clock<'_> {
             index: phase,
             phases: sc.phases.len(),
             t,
-            total: self.total as f64,
+            total: self.timetable.end(),
             rate: self.control.get(),
         };
         let _ = write_status(path, &status);
@@ -472,12 +546,15 @@ impl Clock<'_> {
         }
         self.control.set(p.rate.unwrap_or(self.run.rate))?;
         if !p.run.is_empty() {
-            self.running.push(run_actions(
-                self.globals.clone(),
-                p.name.clone(),
-                p.run.clone(),
-                self.actions_log.clone(),
-                self.started,
+            self.running.push((
+                phase,
+                run_actions(
+                    self.globals.clone(),
+                    p.name.clone(),
+                    p.run.clone(),
+                    self.actions_log.clone(),
+                    self.started,
+                ),
             ));
         }
         let rate = self.control.get();
@@ -492,7 +569,7 @@ impl Clock<'_> {
             println!(
                 "  t={t:5.1}s phase {:<14} {:>4} s at {rate:.0} rps {}",
                 p.name,
-                self.seconds[phase],
+                self.timetable.seconds[phase],
                 if p.flags.is_empty() {
                     String::new()
                 } else {
@@ -503,10 +580,42 @@ impl Clock<'_> {
         Ok(())
     }
 
+    /// A phase that `ends: after-run` is held while its run goes on, and once more on the tick
+    /// that sees it finished (so its judged seconds are never fewer than the scenario's); at
+    /// most [`HOLD_MAX`] after it began.
+    fn hold(&mut self, phase: usize, t: f64, bar: &indicatif::ProgressBar) {
+        let p = &self.run.scenario.phases[phase];
+        if p.ends != crate::scenario::Ends::AfterRun || self.released[phase] {
+            return;
+        }
+        let finished = self
+            .running
+            .iter()
+            .filter(|(i, _)| *i == phase)
+            .all(|(_, h)| h.is_finished());
+        let waited = t - self.timetable.starts[phase];
+        if waited > HOLD_MAX {
+            self.released[phase] = true;
+            bar.suspend(|| {
+                println!(
+                    "  t={t:5.1}s phase {} still running its commands after {HOLD_MAX:.0} s: \
+                     the timeline goes on",
+                    p.name
+                )
+            });
+            return;
+        }
+        self.timetable.hold(phase, t);
+        self.released[phase] = finished;
+        bar.set_length(
+            (self.timetable.end() + self.run.scenario.settle_seconds as f64).ceil() as u64,
+        );
+    }
+
     /// Every action the phases started, once done; then the scenario's cleanup.
     async fn finish(self) -> Vec<ActionRun> {
         let mut actions = Vec::new();
-        for a in self.running {
+        for (_, a) in self.running {
             actions.extend(a.await.unwrap_or_default());
         }
         let sc = self.run.scenario;
@@ -679,5 +788,52 @@ mod tests {
             &log,
         );
         assert_eq!(ok.await, None);
+    }
+
+    fn three_phases() -> Scenario {
+        serde_norway::from_str(
+            "name: t\nsummary: s\ndescription: d\nrate: 10\nphases:\n\
+             - {name: a, seconds: 10}\n\
+             - {name: rollback, seconds: 20, run: [\"rollout restart orchestrator\"], ends: after-run}\n\
+             - {name: c, seconds: 10}\n",
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_phase_held_for_its_run_counts_its_seconds_from_the_runs_end_and_moves_the_rest() {
+        let sc = three_phases();
+        sc.validate(&lab_flags::Definitions::embedded()).unwrap();
+        let mut tt = Timetable::new(&sc, 0.5);
+        assert_eq!(
+            (tt.seconds.clone(), tt.starts.clone()),
+            (vec![5, 10, 5], vec![0.0, 5.0, 15.0])
+        );
+        assert_eq!(tt.phase_at(14.9), 1);
+        // The run is still going at 5.2 s and 13.6 s: the phase lasts 10 s from the next whole
+        // second, and c starts after it.
+        tt.hold(1, 5.2);
+        assert_eq!((tt.seconds[1], tt.starts[2]), (11, 16.0));
+        tt.hold(1, 13.6);
+        assert_eq!((tt.seconds[1], tt.starts[2], tt.end()), (19, 24.0, 29.0));
+        assert_eq!(tt.phase_at(20.0), 1);
+        assert_eq!(tt.phase_at(24.0), 2);
+        // Holding never shortens a phase.
+        tt.hold(1, 6.0);
+        assert_eq!((tt.seconds[1], tt.starts[2]), (19, 24.0));
+        assert_eq!(tt.seconds[0], 5, "the phases before are not moved");
+    }
+
+    #[test]
+    fn ends_after_run_needs_a_run() {
+        let y = "name: t\nsummary: s\ndescription: d\nrate: 10\nphases:\n- {name: a, seconds: 10, ends: after-run}\n";
+        let sc: Scenario = serde_norway::from_str(y).unwrap();
+        let e = sc
+            .validate(&lab_flags::Definitions::embedded())
+            .unwrap_err();
+        assert!(
+            format!("{e:#}").contains("ends after-run needs a `run`"),
+            "{e:#}"
+        );
     }
 }

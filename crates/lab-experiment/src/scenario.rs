@@ -74,6 +74,14 @@ pub struct Phase {
     /// the seconds it runs are still stale ones).
     #[serde(default)]
     pub window: Window,
+    /// When the phase ends. `seconds` (default): its (scaled) seconds after it began, whatever
+    /// its `run` is doing — a rollback's restarts may go on into the next phase. `after-run`:
+    /// its seconds count from when every `run` command finished, so the next phase starts only
+    /// after them — for a step the postmortem's next one came after (the rollback completed at
+    /// 10:07, the scale-up at 10:12; the rollout completed at 11:26, ANALYZE at 11:31). The
+    /// timeline waits at most [`crate::engine::HOLD_MAX`] for a run.
+    #[serde(default)]
+    pub ends: Ends,
     /// The postmortem's line this phase replays (the replay's timeline table).
     #[serde(default)]
     pub postmortem: Option<Postmortem>,
@@ -89,6 +97,15 @@ pub struct Phase {
 pub enum Window {
     #[default]
     Phase,
+    AfterRun,
+}
+
+/// When a phase ends ([`Phase::ends`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Ends {
+    #[default]
+    Seconds,
     AfterRun,
 }
 
@@ -356,6 +373,12 @@ impl Scenario {
             if p.window == Window::AfterRun && p.run.is_empty() {
                 bail!(
                     "phase {}: window after-run needs a `run` command to wait for",
+                    p.name
+                );
+            }
+            if p.ends == Ends::AfterRun && p.run.is_empty() {
+                bail!(
+                    "phase {}: ends after-run needs a `run` command to wait for",
                     p.name
                 );
             }

@@ -216,11 +216,13 @@ pub fn ensure_loopback(url: &str) -> anyhow::Result<()> {
 }
 
 /// The arrival rate and tenant mix of a running generator, changeable while it runs (game-day
-/// phases, `labctl load set-rate`, `labctl load set-mix`). The rate is stored as milli-requests
-/// per second.
+/// phases, `labctl load set-rate`, `labctl load set-mix`), and its early end (a game day whose
+/// timeline ended before the generator's bound). The rate is stored as milli-requests per
+/// second.
 #[derive(Clone)]
 pub struct RateControl(
     Arc<std::sync::atomic::AtomicU64>,
+    Arc<std::sync::atomic::AtomicBool>,
     Arc<std::sync::atomic::AtomicBool>,
 );
 
@@ -229,9 +231,20 @@ impl RateControl {
         let c = Self(
             Arc::new(std::sync::atomic::AtomicU64::new(0)),
             Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            Arc::new(std::sync::atomic::AtomicBool::new(false)),
         );
         c.set(rate)?;
         Ok(c)
+    }
+
+    /// No arrival after this one: the generator waits for what it sent and reports, its
+    /// duration the time it ran.
+    pub fn stop(&self) {
+        self.2.store(true, Ordering::Relaxed);
+    }
+
+    fn stopped(&self) -> bool {
+        self.2.load(Ordering::Relaxed)
     }
 
     pub fn set_mix(&self, mix: TenantMix) {
@@ -471,13 +484,14 @@ impl Sender {
         let _ = entry.3.record(micros);
     }
 
-    fn report(&self, args: &LoadArgs, sent: u64, overload: u64) -> LoadReport {
+    /// `ran`: how long arrivals went on (the duration, or less when stopped).
+    fn report(&self, args: &LoadArgs, sent: u64, overload: u64, ran: Duration) -> LoadReport {
         let r = self.rec.lock().expect("recorder lock");
         let ok_count: u64 = r.by_status.get("200").copied().unwrap_or(0);
-        let elapsed = args.duration as f64;
+        let elapsed = ran.as_secs_f64().max(1e-3);
         LoadReport {
             target_rate: args.rate,
-            duration_s: args.duration,
+            duration_s: (ran.as_secs_f64().ceil() as u64).max(1),
             tenants: args.tenants,
             sent,
             client_overload: overload,
@@ -524,10 +538,13 @@ pub async fn run_with(
         // Exponential inter-arrival times make a Poisson process.
         let u: f64 = rng.random_range(f64::MIN_POSITIVE..1.0);
         next += Duration::from_secs_f64(-u.ln() / control.get());
-        if next >= end {
+        if next >= end || control.stopped() {
             break;
         }
         tokio::time::sleep_until(next).await;
+        if control.stopped() {
+            break;
+        }
         if in_flight.load(Ordering::Relaxed) >= args.max_in_flight {
             overload += 1;
             continue;
@@ -546,8 +563,10 @@ pub async fn run_with(
         // Reap finished tasks so the set does not grow with the run.
         while tasks.try_join_next().is_some() {}
     }
+    // The time the arrivals ran: the whole duration, or until `stop`.
+    let ran = next.min(end).duration_since(start);
     while tasks.join_next().await.is_some() {}
-    Ok(sender.report(args, sent, overload))
+    Ok(sender.report(args, sent, overload, ran))
 }
 
 /// A closed-loop run: `concurrency` clients, each sending its next request as soon as the last
@@ -583,7 +602,12 @@ pub async fn run_closed(
         });
     }
     while workers.join_next().await.is_some() {}
-    Ok(sender.report(args, sent.load(Ordering::Relaxed), 0))
+    Ok(sender.report(
+        args,
+        sent.load(Ordering::Relaxed),
+        0,
+        Duration::from_secs(args.duration),
+    ))
 }
 
 pub fn print(report: &LoadReport) {
@@ -622,5 +646,95 @@ mod tests {
         assert!(ensure_loopback("http://192.168.1.1").is_err());
         assert!(ensure_loopback("http://example.invalid").is_err());
         assert!(ensure_loopback("not a url").is_err());
+    }
+
+    /// A loopback server answering every request 200 at once, keep-alive.
+    async fn always_ok() -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut sock, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    loop {
+                        // One request: its head, then its body by Content-Length.
+                        let head_end = loop {
+                            if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                                break i + 4;
+                            }
+                            match sock.read(&mut chunk).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                            }
+                        };
+                        let head = String::from_utf8_lossy(&buf[..head_end]).to_lowercase();
+                        let len: usize = head
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length:"))
+                            .map_or(0, |v| v.trim().parse().unwrap());
+                        while buf.len() < head_end + len {
+                            match sock.read(&mut chunk).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                            }
+                        }
+                        buf.drain(..head_end + len);
+                        let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}";
+                        if sock.write_all(ok).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        format!("http://{addr}")
+    }
+
+    #[tokio::test]
+    async fn a_stopped_generator_sends_nothing_more_and_reports_the_time_it_ran() {
+        let gateway = always_ok().await;
+        let args = LoadArgs {
+            gateway,
+            rate: 200.0,
+            duration: 600,
+            timeout_ms: 10_000,
+            tenants: TenantMix::Size,
+            docs: Docs::Corpus,
+            max_in_flight: 10_000,
+            seed: 7,
+            out: None,
+        };
+        let keys = vec![ApiKeyRecord {
+            tenant_id: 1,
+            key_id: "k".into(),
+            api_key: "rsl_k_secret".into(),
+            entities: 10,
+        }];
+        let docs = vec![CorpusDoc {
+            tenant_id: 1,
+            doc_id: "doc_1_1".into(),
+            locale: None,
+            doc_type: "invoice".into(),
+            text: "Acme GmbH owes Globex 100 EUR.".into(),
+            mentions: Vec::new(),
+        }];
+        let control = RateControl::new(args.rate).unwrap();
+        let stopper = control.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            stopper.stop();
+        });
+        let run = run_with(&args, control, keys, DocSource::Corpus(docs));
+        let report = tokio::time::timeout(Duration::from_secs(60), run)
+            .await
+            .expect("a stopped generator ends (it would run its 600 s)")
+            .unwrap();
+        // 600 s at 200 rps is 120,000 arrivals; stopped after half a second it is ~100 (bounds
+        // far from both, for a shared machine).
+        assert!(report.sent > 0 && report.sent < 5_000, "{}", report.sent);
+        assert_eq!(report.by_status.get("200").copied(), Some(report.sent));
+        assert!(report.duration_s < 60, "{}", report.duration_s);
     }
 }
