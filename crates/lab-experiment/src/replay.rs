@@ -449,9 +449,17 @@ const POSTMORTEM_TABLE: &[(&str, &str, &str, &str)] = &[
     ("gateway_p99_ms", "480 ms", "3,000 ms (clipped)", "390 ms"),
     ("entity_p99_ms", "120 ms", "6,900 ms", "130 ms"),
     ("gateway_rps", "900", "640", "940"),
-    ("entity_inbound_rps", "950", "8,100 attempted", "970"),
+    // The postmortem's inbound and amplification figures are its callers' attempts (its alert:
+    // `entity_requests_total / gateway_requests_total`); the callee's own arrival count has no
+    // figure there.
+    ("entity_attempted_rps", "950", "8,100 attempted", "970"),
     ("entity_served_rps", "—", "1,430 served", "—"),
-    ("amplification", "1.0×", "9.0×", "1.0× steady / 1.2× max"),
+    (
+        "amplification_attempted",
+        "1.0×",
+        "9.0×",
+        "1.0× steady / 1.2× max",
+    ),
     ("abandoned_pct", "0.3%", "71%", "0.4%"),
     ("error_5xx_pct", "0.04%", "34%", "0.02%"),
     (

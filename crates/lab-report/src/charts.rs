@@ -62,7 +62,12 @@ pub static PANELS: &[Panel] = &[
         title: "entity-service inbound vs gateway ingress",
         unit: "rps",
         why: "Inbound to an internal service against public traffic: amplification is the gap.",
-        lines: &["gateway_rps", "entity_inbound_rps", "entity_served_rps"],
+        lines: &[
+            "gateway_rps",
+            "entity_attempted_rps",
+            "entity_inbound_rps",
+            "entity_served_rps",
+        ],
     },
     Panel {
         id: "orchestrator-resources",

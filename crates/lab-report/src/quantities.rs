@@ -431,9 +431,24 @@ pub static QUANTITIES: &[Quantity] = &[
         short: "entity inbound",
         ..row(
             "entity_inbound_rps",
-            "entity-service inbound rps (attempted)",
+            "entity-service inbound rps (arrived: its own count)",
             Unit::Rps,
             Expr::PerSecond(&ENT_INBOUND),
+        )
+    },
+    // The postmortem's "8,100 attempted / 1,430 served" and its amplification alert count the
+    // callers' attempts (`sum(rate(entity_requests_total[1m]))`), not what reached entity-service:
+    // its 60 orchestrators had 64 connections each to entity-service, and at its 6.9 s p99 no
+    // more than a few thousand requests a second could even arrive (Little's law). An attempt
+    // still waiting for a connection slot counts here (`slot_timeout` when the 10 s ran out
+    // there), and never in the arrivals above.
+    Quantity {
+        short: "entity attempted",
+        ..row(
+            "entity_attempted_rps",
+            "entity-service attempted rps (the orchestrators' attempts: the postmortem's count)",
+            Unit::Rps,
+            Expr::PerSecond(&ORCH_ATTEMPTS),
         )
     },
     Quantity {
@@ -452,6 +467,19 @@ pub static QUANTITIES: &[Quantity] = &[
             "Amplification: entity-service inbound / gateway accepted",
             Unit::Times,
             AMPLIFICATION,
+        )
+    },
+    Quantity {
+        short: "A attempted",
+        ..row(
+            "amplification_attempted",
+            "Amplification as the postmortem's alert computes it: orchestrator attempts / gateway accepted",
+            Unit::Times,
+            Expr::Ratio {
+                a: &ORCH_ATTEMPTS,
+                b: &GW_REQUESTS,
+                times: 1.0,
+            },
         )
     },
     Quantity {
