@@ -752,9 +752,16 @@ fn phases_doc(d: &mut Doc, sc: &Scenario, cal: &Calibration, modes: &[ModeReport
 
 /// Goodput while the plan is stale — from the phase that flips it to the one that runs
 /// ANALYZE — over what the stale database could serve of the offered load, second by second
-/// of phase: `Σ goodput / Σ min(offered, stale capacity)`. A perfect client loses only work
-/// nobody waits for, so it scores 1.
-fn fix_quality(sc: &Scenario, phases: &[engine::PhaseReport], stale_capacity: f64) -> Option<f64> {
+/// of the load's record: `Σ goodput / Σ min(offered, stale capacity)`. A perfect client loses
+/// only work nobody waits for, so it scores 1. Read from the seconds, not from the phases'
+/// summaries: a phase judged `after-run` summarizes only its seconds after its commands, and
+/// the whole phase was stale.
+fn fix_quality(
+    sc: &Scenario,
+    phases: &[engine::PhaseReport],
+    per_second: &[lab_load::SecondSample],
+    stale_capacity: f64,
+) -> Option<f64> {
     // Without a measured stale capacity (`--rate` skips the calibration) there is no "what the
     // stale database could serve": not measured. (`f64::min` ignores a NaN, which silently made
     // this goodput ÷ offered — issue 24.)
@@ -767,11 +774,14 @@ fn fix_quality(sc: &Scenario, phases: &[engine::PhaseReport], stale_capacity: f6
         .iter()
         .position(|p| has(p, Action::invalidates_plans))?;
     let to = sc.phases.iter().position(|p| has(p, Action::cures_plans))?;
+    let (start, end) = (phases.get(from)?.start, phases.get(to)?.start);
     let (mut good, mut possible) = (0.0, 0.0);
-    for p in phases.get(from..to)? {
-        let secs = p.seconds as f64;
-        good += p.summary.get("goodput_rps")? * secs;
-        possible += p.summary.get("offered_rps")?.min(stale_capacity) * secs;
+    for s in per_second
+        .iter()
+        .filter(|s| (start..end).contains(&(s.second as f64)))
+    {
+        good += s.good as f64;
+        possible += (s.sent as f64).min(stale_capacity);
     }
     (possible > 0.0 && possible.is_finite()).then(|| good / possible)
 }
@@ -969,7 +979,12 @@ async fn replay_mode(
     let outcome: engine::Outcome = engine::execute(&run, g, keys.to_vec()).await?;
     lab_native::down(&g.state_dir).await?;
     let steps = sc.verdicts(mode.variant(), &outcome.phases);
-    let fix_quality = fix_quality(sc, &outcome.phases, cal.stale_capacity_rps);
+    let fix_quality = fix_quality(
+        sc,
+        &outcome.phases,
+        &outcome.load.per_second,
+        cal.stale_capacity_rps,
+    );
     // A mode whose counts do not add up fails the replay, but only after BOTH modes ran and
     // the report was written (it says so): bailing here skipped the other mode and wrote
     // nothing, under a message that said the report was written anyway.
@@ -1050,30 +1065,41 @@ mod tests {
           - {name: stale, seconds: 10, run: [\"backfill --only invalidate\"]}\n\
           - {name: analyze, seconds: 10, run: [\"remediate analyze\"]}\n";
         let sc: Scenario = serde_norway::from_str(y).unwrap();
-        let phase = |name: &str, good: f64, offered: f64| engine::PhaseReport {
+        let phase = |name: &str, start: f64| engine::PhaseReport {
             name: name.into(),
             seconds: 10,
-            start: 0.0,
+            start,
             judged_from: None,
-            summary: [
-                ("goodput_rps".to_string(), good),
-                ("offered_rps".to_string(), offered),
-            ]
-            .into_iter()
-            .collect(),
+            summary: Default::default(),
             errors_5xx_by_origin: Default::default(),
         };
         let phases = [
-            phase("steady", 100.0, 100.0),
-            phase("stale", 40.0, 100.0),
-            phase("analyze", 100.0, 100.0),
+            phase("steady", 0.0),
+            phase("stale", 10.0),
+            phase("analyze", 20.0),
         ];
+        // 100 offered every second; 40 good while stale, all of them otherwise.
+        let seconds: Vec<lab_load::SecondSample> = (0..30)
+            .map(|second| lab_load::SecondSample {
+                second,
+                sent: 100,
+                ok: 100,
+                good: if (10..20).contains(&second) { 40 } else { 100 },
+                errors: 0,
+                p50_ms: 1.0,
+                p99_ms: 1.0,
+            })
+            .collect();
         assert_eq!(
-            fix_quality(&sc, &phases, 50.0),
+            fix_quality(&sc, &phases, &seconds, 50.0),
             Some(0.8),
-            "40 of the 50 it could serve"
+            "40 of the 50 it could serve, in the stale seconds only"
         );
-        assert_eq!(fix_quality(&sc, &phases, f64::NAN), None, "not 40 / 100");
+        assert_eq!(
+            fix_quality(&sc, &phases, &seconds, f64::NAN),
+            None,
+            "not 40 / 100"
+        );
         assert_eq!(
             Outcome::NotReproduced.words(Mode::Legacy.is_fix()),
             "not reproduced"
