@@ -343,6 +343,20 @@ pub async fn track(State(m): State<HttpMetrics>, req: Request, next: Next) -> Re
     resp
 }
 
+/// The longest client request id kept: a UUID is 36, a ULID 26; 128 leaves room for any
+/// scheme's prefix and bounds what a caller can write into every span.
+const CLIENT_REQUEST_ID_MAX: usize = 128;
+
+/// The caller's `X-Request-Id`, when it is short and printable ASCII (no spaces, no control
+/// characters): what a log or trace search can take as one token.
+fn client_request_id(headers: &axum::http::HeaderMap) -> Option<&str> {
+    let id = headers.get(lab_api::headers::REQUEST_ID)?.to_str().ok()?;
+    (!id.is_empty()
+        && id.len() <= CLIENT_REQUEST_ID_MAX
+        && id.bytes().all(|b| b.is_ascii_graphic()))
+    .then_some(id)
+}
+
 /// The server span of one request: named by [`HttpMetrics::with_span_name`], parented by the
 /// request's `traceparent` where the caller is trusted with it.
 fn server_span(m: &HttpMetrics, req: &Request) -> tracing::Span {
@@ -359,9 +373,43 @@ fn server_span(m: &HttpMetrics, req: &Request) -> tracing::Span {
         http.response.status_code = tracing::field::Empty,
         otel.status_code = tracing::field::Empty,
         otel.status_description = tracing::field::Empty,
+        client.request_id = tracing::field::Empty,
     );
+    // At a public door the caller's own X-Request-Id is kept where its owner can find the
+    // request by it (the gateway mints the id every hop uses, and echoes only that one): an
+    // attribute, never an id, and only a short printable one.
+    if m.public {
+        if let Some(id) = client_request_id(req.headers()) {
+            span.record("client.request_id", id);
+        }
+    }
     if m.trust_caller_trace {
         crate::telemetry::propagation::set_parent_from_headers(&span, req.headers());
     }
     span
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_client_request_id_is_kept_only_when_short_and_printable() {
+        let with = |v: &[u8]| {
+            let mut h = axum::http::HeaderMap::new();
+            h.insert(
+                lab_api::headers::REQUEST_ID,
+                HeaderValue::from_bytes(v).unwrap(),
+            );
+            client_request_id(&h).map(str::to_owned)
+        };
+        assert_eq!(with(b"req-01J9Z"), Some("req-01J9Z".into()));
+        assert_eq!(with(&[b'a'; 128]).map(|s| s.len()), Some(128));
+        assert_eq!(with(&[b'a'; 129]), None);
+        assert_eq!(with(b"two words"), None);
+        assert_eq!(with(b"tab\there"), None);
+        assert_eq!(with("caf\u{e9}".as_bytes()), None);
+        assert_eq!(with(b""), None);
+        assert_eq!(client_request_id(&axum::http::HeaderMap::new()), None);
+    }
 }

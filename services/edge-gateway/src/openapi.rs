@@ -75,8 +75,10 @@ impl Modify for EdgeConventions {
             .schema(ObjectBuilder::new().schema_type(Type::String))
             .description(Some(
                 "The request's id, made by the gateway for every request (a client's own \
-                 `X-Request-Id` is not used: the id picks the hotfix canary's cohort on every \
-                 hop). Quote it in support requests; every service logs it.",
+                 `X-Request-Id` is not used as the id: the id picks the hotfix canary's cohort \
+                 on every hop; a short printable one, up to 128 bytes, is kept on the request's \
+                 trace as `client.request_id`). Quote it in support requests; every service \
+                 logs it.",
             ))
             .build();
         // `Retry-After: 0` would invite an immediate retry; the handler sends at least 1.

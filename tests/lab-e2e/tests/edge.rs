@@ -253,3 +253,38 @@ async fn a_clients_traceparent_does_not_choose_the_trace_at_a_public_door() {
         "no hop joined the client's trace"
     );
 }
+
+#[tokio::test]
+async fn a_clients_request_id_is_kept_as_a_span_attribute_never_as_the_id() {
+    let spans = lab_core::telemetry::recorder::global();
+    let (lab, key, _stub) = lab().await;
+    let send = |id: String| {
+        testkit::http()
+            .post(format!("{}/v1/extract", lab.gateway.url))
+            .bearer_auth(&key)
+            .header("x-request-id", id)
+            .json(&json!({"doc_id": "d", "text": ONE}))
+            .send()
+    };
+    // Too long to be one token of a search: not kept.
+    let long = format!("long-{}", "x".repeat(124));
+    assert_eq!(send(long.clone()).await.unwrap().status(), 200);
+    let mine = format!("client-{:016x}", rand::random::<u64>());
+    let resp = send(mine.clone()).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let echoed = resp.headers()["x-request-id"].to_str().unwrap().to_owned();
+    assert_ne!(echoed, mine, "the gateway answers with the id it minted");
+    let kept = |id: &str| {
+        spans
+            .named("edge-gateway.HandleExtract")
+            .into_iter()
+            .any(|s| s.attribute("client.request_id") == Some(id))
+    };
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while !kept(&mine) && std::time::Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(kept(&mine), "the client's id is on the gateway's span");
+    // The long one was answered first, so its span is recorded by now.
+    assert!(!kept(&long), "an id over 128 bytes is not kept");
+}
