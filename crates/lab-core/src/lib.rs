@@ -15,7 +15,9 @@
 //! - [`http`]: the `{error: {code, message}}` body, a JSON extractor whose rejections use it, and
 //!   fallbacks so no route answers plain text.
 //! - [`server`]: bind, serve, and shut down gracefully within a drain bound.
+//! - [`arrivals`]: requests arrived per 100 ms, on the admin listener (the backoff's waves).
 
+pub mod arrivals;
 pub mod call;
 pub mod config;
 pub mod exposition;

@@ -126,6 +126,13 @@ impl Server {
         })
     }
 
+    /// Serve `extra`'s routes on the admin listener too (a service's own internals: never on
+    /// the public port).
+    pub fn with_admin_routes(mut self, extra: Router) -> Self {
+        self.admin_router = self.admin_router.merge(extra);
+        self
+    }
+
     pub fn port(&self) -> u16 {
         self.addr.port()
     }

@@ -125,7 +125,12 @@ pub struct RunSeries {
     pub load: Vec<SecondSample>,
     /// (name, start second, seconds) of every phase.
     pub phases: Vec<(String, f64, f64)>,
+    /// entity-service's arrivals per 100 ms ([`FINE_FILE`] beside the series), when kept.
+    pub fine: Option<crate::quantity::Fine>,
 }
+
+/// Where a run keeps entity-service's arrivals per 100 ms, beside `series.jsonl`.
+pub const FINE_FILE: &str = "arrivals.json";
 
 /// `orchestrator-3` → `orchestrator`; `supervisor` stays.
 fn service_of(replica: &str) -> String {
@@ -182,11 +187,22 @@ impl RunSeries {
                 scrapes,
             });
         }
+        // entity-service's arrivals per 100 ms, where the run kept them.
+        let fine_path = series.with_file_name(FINE_FILE);
+        let fine = match std::fs::read(&fine_path) {
+            Ok(bytes) => Some(
+                serde_json::from_slice(&bytes)
+                    .with_context(|| format!("reading {}", fine_path.display()))?,
+            ),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(e).with_context(|| format!("reading {}", fine_path.display())),
+        };
         Ok(Self {
             targets,
             ticks,
             load,
             phases,
+            fine,
         })
     }
 
@@ -200,6 +216,7 @@ impl RunSeries {
             },
             load: &self.load,
             first: None,
+            fine: self.fine.as_ref(),
         }
     }
 

@@ -17,6 +17,8 @@ pub enum Unit {
     Cores,
     /// A count, a state, a 0/1 fact.
     Plain,
+    /// A coefficient to the hundredth (an autocorrelation).
+    Plain2,
 }
 
 impl Unit {
@@ -32,6 +34,7 @@ impl Unit {
                 Unit::Cores => format!("{v:.2}"),
                 Unit::Plain if v.fract() == 0.0 => format!("{v:.0}"),
                 Unit::Plain => format!("{v:.1}"),
+                Unit::Plain2 => format!("{v:.2}"),
             },
         }
     }
@@ -513,6 +516,47 @@ pub static QUANTITIES: &[Quantity] = &[
                 attempts: &ORCH_ATTEMPTS,
                 retries: &ORCH_RETRIES,
             },
+        )
+    },
+    // The legacy backoff's waves (issue 26): "200ms, 400ms, 800ms. Identical on every pod. No
+    // jitter." Requests that failed together come back 200, 400 and 800 ms later together;
+    // 300 ms is none of the sleeps nor a sum of two of them (200+400 = 600, 400+800 = 1200),
+    // so it is the floor a wave must stand above. Full jitter spreads each retry over its whole
+    // window and leaves no lag standing out.
+    Quantity {
+        short: "arrivals r(200ms)",
+        ..row(
+            "entity_arrivals_acf_200ms",
+            "entity-service arrivals per 100 ms: autocorrelation at 200 ms (the first backoff sleep)",
+            Unit::Plain2,
+            Expr::Autocorrelation { lag_ms: 200 },
+        )
+    },
+    Quantity {
+        short: "arrivals r(400ms)",
+        ..row(
+            "entity_arrivals_acf_400ms",
+            "entity-service arrivals per 100 ms: autocorrelation at 400 ms (the second)",
+            Unit::Plain2,
+            Expr::Autocorrelation { lag_ms: 400 },
+        )
+    },
+    Quantity {
+        short: "arrivals r(800ms)",
+        ..row(
+            "entity_arrivals_acf_800ms",
+            "entity-service arrivals per 100 ms: autocorrelation at 800 ms (the third)",
+            Unit::Plain2,
+            Expr::Autocorrelation { lag_ms: 800 },
+        )
+    },
+    Quantity {
+        short: "arrivals r(300ms)",
+        ..row(
+            "entity_arrivals_acf_300ms",
+            "entity-service arrivals per 100 ms: autocorrelation at 300 ms (no backoff lag: the floor)",
+            Unit::Plain2,
+            Expr::Autocorrelation { lag_ms: 300 },
         )
     },
     Quantity {

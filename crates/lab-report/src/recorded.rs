@@ -89,6 +89,7 @@ impl Recorded {
         summary::summarize_phases(
             &self.run.frame().series,
             &self.run.load,
+            self.run.fine.as_ref(),
             &mut again,
             &judged,
         );

@@ -48,6 +48,7 @@ impl PhaseReport {
 pub fn summarize_phases(
     series: &Series,
     load: &[lab_load::SecondSample],
+    fine: Option<&crate::quantity::Fine>,
     phases: &mut [PhaseReport],
     judged: &[&str],
 ) {
@@ -63,6 +64,7 @@ pub fn summarize_phases(
         },
         load,
         first: windows.first().copied(),
+        fine,
     };
     for (p, w) in phases.iter_mut().zip(&windows) {
         p.summary = summarize(&frame, w, judged);
@@ -262,6 +264,7 @@ mod tests {
             },
             load: &[],
             first: None,
+            fine: None,
         };
         let w = Window::phase(&ticks, 0, 1.0, 0.0);
         let plain = summarize(&frame, &w, &[]);

@@ -64,6 +64,7 @@ impl Application {
             metrics: svc.clone(),
             settings: settings.resolve.clone(),
         };
+        let arrivals = lab_core::arrivals::Arrivals::new();
         let api = Router::new()
             .route("/v1/resolve", post(resolve::resolve))
             .route("/v1/popular", axum::routing::get(resolve::popular))
@@ -72,8 +73,15 @@ impl Application {
             .layer(axum::middleware::from_fn_with_state(
                 svc.http.clone(),
                 metrics::track,
+            ))
+            // Outermost: every request counted as it arrives, per 100 ms (the backoff's waves).
+            .layer(axum::middleware::from_fn_with_state(
+                arrivals.clone(),
+                lab_core::arrivals::count,
             ));
-        let server = Server::bind(&settings.http, &settings.admin, api, health, metrics).await?;
+        let server = Server::bind(&settings.http, &settings.admin, api, health, metrics)
+            .await?
+            .with_admin_routes(lab_core::arrivals::admin_router(arrivals));
         Ok(Self { server })
     }
 

@@ -542,3 +542,37 @@ async fn a_database_that_never_answers_is_unavailable_not_a_full_pool() {
         "not counted as the admission's refusal"
     );
 }
+
+#[tokio::test]
+async fn every_request_is_counted_per_100_ms_on_the_admin_listener_only() {
+    let db = TestDb::new().await;
+    seed(&db).await;
+    let (base, admin) = spawn(&db).await;
+    for _ in 0..7 {
+        assert_eq!(resolve(&base, &vega_labs()).await.status(), 200);
+    }
+    // The buckets are served once complete: wait out the current one.
+    tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    let b: lab_core::arrivals::Buckets = reqwest::get(format!("{admin}/debug/arrivals"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(b.bucket_ms, 100);
+    assert_eq!(b.counts.iter().sum::<u64>(), 7, "{b:?}");
+    // Read again after the last bucket: nothing new.
+    let last = b.first + b.counts.len() as u64 - 1;
+    let again: lab_core::arrivals::Buckets =
+        reqwest::get(format!("{admin}/debug/arrivals?after={last}"))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+    assert_eq!(again.counts.iter().sum::<u64>(), 0);
+    let public = reqwest::get(format!("{base}/debug/arrivals"))
+        .await
+        .unwrap();
+    assert_eq!(public.status(), 404, "not on the public port");
+}

@@ -73,6 +73,7 @@ impl Window<'_> {
                 ticks: self.ticks.iter().cloned().collect(),
                 load: Vec::new(),
                 phases: Vec::new(),
+                fine: None,
             },
             status: read_status(self.state_dir),
             problem,
