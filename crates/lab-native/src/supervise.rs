@@ -663,10 +663,12 @@ fn apply_commands(
                 message: format!("{e:#}"),
             },
         };
-        fs::write(
-            control.join(format!("done-{id}.json")),
-            serde_json::to_vec(&done)?,
-        )?;
+        // Written whole, then renamed into place: the sender polls for `done-<id>.json` and
+        // read a file `fs::write` had created but not yet filled (a rollout failed on "EOF while
+        // parsing" in a replay's full rollout).
+        let tmp = control.join(format!("tmp-done-{id}.json"));
+        fs::write(&tmp, serde_json::to_vec(&done)?)?;
+        fs::rename(&tmp, control.join(format!("done-{id}.json")))?;
     }
     if changed {
         write_endpoints(&plan.state_dir, procs)?;
