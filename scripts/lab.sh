@@ -9,7 +9,8 @@
 #   LAB_SEED_ARGS         extra args for `labctl seed` (e.g. "--small"; default: full 1M/2000)
 #   LAB_REPLAY_ARGS       extra args for `labctl replay` (default: a short replay,
 #                         "--time-scale 0.4 --warmup-seconds 30 --probe-seconds 15": the
-#                         postmortem's shape in ~10 minutes; "" runs it at full length, ~18 min)
+#                         postmortem's shape in ~11.5 minutes; "" runs it at full length, ~18
+#                         min plus the rollouts' own seconds)
 #   CARGO_TARGET_DIR, LAB_DATABASE_URL, LAB_STATE_DIR, LAB_DATA_DIR as usual.
 set -euo pipefail
 
