@@ -251,13 +251,17 @@ const COLOURS: [RGBColor; 4] = [
 pub fn svg(panel: &Panel, run: &RunSeries, subtitle: &str) -> anyhow::Result<String> {
     let lines: Vec<Vec<(f64, f64)>> = panel.quantities().map(|q| run.points(q)).collect();
     let t_max = run.ticks.last().map(|t| t.t).unwrap_or(1.0).max(1.0);
+    // Room above the highest point for the legend, drawn in the upper right over the lines:
+    // each of its rows is ~15 px of the ~230 px plot (a tenth of the range), so a peak is never
+    // under it (the four-line inbound panel hid the legacy attempts' peak).
+    let headroom = 1.1 + 0.1 * lines.len() as f64;
     let y_max = lines
         .iter()
         .flatten()
         .map(|(_, v)| *v)
         .fold(0.0f64, f64::max)
         .max(1.0)
-        * 1.1;
+        * headroom;
     let mut out = String::new();
     {
         let root = SVGBackend::with_string(&mut out, (760, 300)).into_drawing_area();
