@@ -410,6 +410,8 @@ impl Inner {
         span: &tracing::Span,
     ) -> Result<ResolveResponse, Error> {
         let started = Instant::now();
+        // Started on the backoff's clock: counted before the slot wait paces it.
+        self.metrics_for(meta.traffic).record_attempt_start();
         // Set once a slot is held: a timeout before that never put anything on the wire.
         let mut got_slot = false;
         let got = &mut got_slot;

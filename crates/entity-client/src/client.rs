@@ -696,6 +696,7 @@ struct AttemptGuard<'a> {
 
 impl<'a> AttemptGuard<'a> {
     fn start(metrics: &'a ClientMetrics) -> Self {
+        metrics.record_attempt_start();
         Self {
             metrics,
             started: Instant::now(),

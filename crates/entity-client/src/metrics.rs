@@ -145,6 +145,10 @@ pub const RESOLVE_SPAN: &str = "entity.Resolve";
 #[derive(Clone)]
 pub struct ClientMetrics {
     families: Arc<Families>,
+    /// Attempts as each started, per 100 ms of wall clock (before any slot or permit is waited
+    /// for): the backoff's clock, before anything downstream paces it. Served on the
+    /// orchestrator's admin listener (`/debug/attempts`), beside entity-service's arrivals.
+    starts: lab_core::arrivals::Arrivals,
 }
 
 /// The families, registered in a registry as ONE collector (so registration is all-or-nothing).
@@ -237,13 +241,17 @@ impl ClientMetrics {
                      other component may register these names"
                 )
             })?;
-        Ok(ClientMetrics { families })
+        Ok(ClientMetrics {
+            families,
+            starts: lab_core::arrivals::Arrivals::new(),
+        })
     }
 
     /// Families registered nowhere: for a client whose metrics nobody reads (benchmarks).
     pub fn unregistered() -> Self {
         ClientMetrics {
             families: Arc::new(Families::new(false).expect("valid metric definitions")),
+            starts: lab_core::arrivals::Arrivals::new(),
         }
     }
 
@@ -255,6 +263,17 @@ impl ClientMetrics {
         f.duration
             .with_label_values(&[outcome])
             .observe(elapsed.as_secs_f64());
+    }
+
+    /// An attempt starts now: counted in its 100 ms bucket ([`Self::attempt_starts`]), before
+    /// it waits for anything.
+    pub fn record_attempt_start(&self) {
+        self.starts.record();
+    }
+
+    /// The attempts' start times per 100 ms, to serve (`lab_core::arrivals::admin_router_at`).
+    pub fn attempt_starts(&self) -> lab_core::arrivals::Arrivals {
+        self.starts.clone()
     }
 
     /// `entity_retries_total{class}`: a retry is about to be made after a failure of `class`.

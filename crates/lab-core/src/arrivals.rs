@@ -1,4 +1,5 @@
-//! Requests arrived per 100 ms: what a Prometheus counter scraped every second cannot show.
+//! Events per 100 ms — requests arrived at entity-service, attempts started by the
+//! orchestrator's entity client: what a Prometheus counter scraped every second cannot show.
 //!
 //! The postmortem's legacy backoff is "200ms, 400ms, 800ms. Identical on every pod. No jitter":
 //! requests that failed together come back together, in waves 200, 400 and 800 ms apart. A
@@ -78,8 +79,15 @@ fn unix_ms() -> u64 {
 }
 
 impl Arrivals {
+    /// A ring whose first bucket is now: the buckets from the process's start on are all
+    /// served (zeros where nothing happened), so a reader can tell a quiet replica from one that
+    /// was not there.
     pub fn new() -> Self {
-        Self::default()
+        let a = Self::default();
+        a.0.lock()
+            .expect("arrivals lock")
+            .advance(unix_ms() / BUCKET_MS);
+        a
     }
 
     /// One request arrived now.
@@ -127,10 +135,16 @@ pub async fn handler(State(a): State<Arrivals>, Query(q): Query<After>) -> Json<
     Json(a.complete(q.after, unix_ms()))
 }
 
-/// The admin route serving `a`.
+/// The admin route serving `a` at `/debug/arrivals` (entity-service: requests arrived).
 pub fn admin_router(a: Arrivals) -> axum::Router {
+    admin_router_at("/debug/arrivals", a)
+}
+
+/// The admin route serving `a` at `path` (the orchestrator: `/debug/attempts`, its entity
+/// client's attempts as each started).
+pub fn admin_router_at(path: &str, a: Arrivals) -> axum::Router {
     axum::Router::new()
-        .route("/debug/arrivals", axum::routing::get(handler))
+        .route(path, axum::routing::get(handler))
         .with_state(a)
 }
 
@@ -155,6 +169,19 @@ mod tests {
         assert_eq!(
             a.complete(Some(t0 / 100 + 3), t0 + 420).counts,
             Vec::<u64>::new()
+        );
+    }
+
+    #[test]
+    fn a_new_ring_serves_its_quiet_buckets_from_its_start() {
+        let before = unix_ms() / BUCKET_MS;
+        let a = Arrivals::new();
+        let b = a.complete(None, unix_ms() + 350);
+        // From the process's start (a reader can tell "nothing happened" from "not there").
+        assert!(b.first >= before && b.first <= before + 1, "{b:?}");
+        assert!(
+            b.counts.len() >= 3 && b.counts.iter().all(|c| *c == 0),
+            "{b:?}"
         );
     }
 

@@ -25,6 +25,8 @@ pub struct EntityClients {
     legacy: entity_client_legacy::Client,
     resilient: entity_client::Client,
     flags: Arc<Flags>,
+    /// Both clients' user attempts as each started, per 100 ms (`/debug/attempts`).
+    attempt_starts: lab_core::arrivals::Arrivals,
 }
 
 /// Which client a request uses, read once per request from the flags.
@@ -81,6 +83,7 @@ impl EntityClients {
         // The entity-client families, registered once and handed to both clients: their samples
         // add up on the same series whichever client a request used.
         let client_metrics = entity_client::metrics::ClientMetrics::register(metrics)?;
+        let attempt_starts = client_metrics.attempt_starts();
         let legacy = entity_client_legacy::Client::with_options(
             urls.clone(),
             entity_client_legacy::client::Options {
@@ -111,11 +114,18 @@ impl EntityClients {
             legacy,
             resilient,
             flags,
+            attempt_starts,
         })
     }
 
     pub fn flags(&self) -> &Arc<Flags> {
         &self.flags
+    }
+
+    /// The user attempts' start times per 100 ms, both clients together (one mode runs at a
+    /// time): the backoff's clock, before the legacy client's slot wait.
+    pub fn attempt_starts(&self) -> lab_core::arrivals::Arrivals {
+        self.attempt_starts.clone()
     }
 
     /// Resolve one batch with the client the flags choose for this request.

@@ -85,7 +85,12 @@ impl Application {
             .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
             .layer(axum::middleware::from_fn_with_state(http, metrics::track));
         health.set_check(readiness_check(entity.clone()));
-        let server = Server::bind(&settings.http, &settings.admin, api, health, metrics).await?;
+        let server = Server::bind(&settings.http, &settings.admin, api, health, metrics)
+            .await?
+            .with_admin_routes(lab_core::arrivals::admin_router_at(
+                "/debug/attempts",
+                entity.attempt_starts(),
+            ));
         Ok(Self {
             server,
             cache,

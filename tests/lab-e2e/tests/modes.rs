@@ -40,6 +40,20 @@ async fn legacy_mode_sends_nine_requests_per_user_request_to_a_failing_entity_se
     );
     let orch = &lab.orchestrators[0].admin;
     assert_eq!(Lab::metric(orch, "entity_requests_total", "").await, 9.0);
+    // Each attempt counted as it started, per 100 ms, on the admin listener only (the backoff's
+    // clock, before any slot wait: `labctl` reads it beside entity-service's arrivals).
+    tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    let starts: lab_core::arrivals::Buckets = reqwest::get(format!("{orch}/debug/attempts"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(starts.counts.iter().sum::<u64>(), 9, "{starts:?}");
+    let public = reqwest::get(format!("{}/debug/attempts", lab.orchestrators[0].url))
+        .await
+        .unwrap();
+    assert_eq!(public.status(), 404, "not on the public port");
     assert!(
         Lab::metric(orch, "otel_span_orphaned_total", "").await >= 2.0,
         "the loops under the timed-out gateway attempts outlived their callers"
