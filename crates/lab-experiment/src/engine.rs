@@ -296,7 +296,7 @@ pub async fn execute(
         r.check_fresh(&targets, &baseline, run.seed)?;
     }
     let started = Instant::now();
-    let mut fine = FineReader::new();
+    let mut fine = crate::fine::FineReader::new(crate::fine::unix_ms());
     let load_task = {
         let (a, c) = (load_args.clone(), control.clone());
         tokio::spawn(async move { lab_load::run_with(&a, c, keys, source).await })
@@ -346,8 +346,14 @@ pub async fn execute(
             current = phase;
             clock.enter(phase, t, &bar).await?;
         }
-        let scrapes = scrape(&mut targets, &mut rows).await?;
-        fine.read(&http, &targets).await;
+        let known = targets.clone();
+        let (scrapes, reads) = tokio::join!(scrape(&mut targets, &mut rows), async {
+            fine.fetch(&http, &known).await
+        });
+        let scrapes = scrapes?;
+        fine.absorb(reads, crate::fine::unix_ms(), |service| {
+            crate::fine::running(&targets, &scrapes, service)
+        });
         // Older ticks have fewer targets; `Series` reads a missing one as "not scraped".
         ticks.push(Tick { t, phase, scrapes });
         next_tick += Duration::from_secs(1);
@@ -362,19 +368,20 @@ pub async fn execute(
     store.reset().await?;
     let timetable = clock.timetable.clone();
     let actions = clock.finish().await;
+    let fine = fine.fine();
     let outcome = measured(
         sc,
         (&timetable.seconds, &timetable.starts),
         targets,
         &ticks,
         load_report,
-        Some(&fine.fine),
+        Some(&fine),
         actions,
     );
     write_series(&run.out.join("series.jsonl"), &outcome.targets, &ticks)?;
     std::fs::write(
         run.out.join(lab_report::charts::FINE_FILE),
-        serde_json::to_vec(&fine.fine)?,
+        serde_json::to_vec(&fine)?,
     )?;
     keep_worst_trace(run).await;
     Ok(outcome)
@@ -436,55 +443,6 @@ async fn set_mode(
         .cloned()
         .collect();
     wait_applied(http, &http_targets, "client.mode", run.mode.variant()).await
-}
-
-/// entity-service's arrivals per 100 ms (`lab_core::arrivals`), read from every replica's admin
-/// listener once a tick, after the last bucket already read; summed by bucket.
-struct FineReader {
-    fine: Fine,
-    /// Per replica (its admin URL): the last bucket read.
-    after: std::collections::HashMap<String, u64>,
-}
-
-impl FineReader {
-    /// The run's t = 0 is now.
-    fn new() -> Self {
-        let origin_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
-        Self {
-            fine: Fine {
-                bucket_ms: lab_core::arrivals::BUCKET_MS,
-                origin_ms,
-                counts: Default::default(),
-            },
-            after: Default::default(),
-        }
-    }
-
-    /// A replica that does not answer is read at the next tick (it keeps a minute).
-    async fn read(&mut self, http: &reqwest::Client, targets: &[Target]) {
-        for t in targets.iter().filter(|t| t.service == "entity-service") {
-            let url = match self.after.get(&t.url) {
-                Some(a) => format!("{}/debug/arrivals?after={a}", t.url),
-                None => format!("{}/debug/arrivals", t.url),
-            };
-            let Ok(resp) = http.get(&url).send().await else {
-                continue;
-            };
-            let Ok(b) = resp.json::<lab_core::arrivals::Buckets>().await else {
-                continue;
-            };
-            if b.bucket_ms != self.fine.bucket_ms || b.counts.is_empty() {
-                continue;
-            }
-            for (i, c) in b.counts.iter().enumerate() {
-                *self.fine.counts.entry(b.first + i as u64).or_default() += c;
-            }
-            self.after
-                .insert(t.url.clone(), b.first + b.counts.len() as u64 - 1);
-        }
-    }
 }
 
 /// The longest a phase that `ends: after-run` waits for its run before the timeline goes on

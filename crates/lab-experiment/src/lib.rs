@@ -29,6 +29,7 @@ pub mod action;
 pub mod cell;
 pub mod chain_limit;
 pub mod engine;
+mod fine;
 pub mod map;
 pub mod progress;
 #[cfg(test)]

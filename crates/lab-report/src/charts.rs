@@ -125,12 +125,14 @@ pub struct RunSeries {
     pub load: Vec<SecondSample>,
     /// (name, start second, seconds) of every phase.
     pub phases: Vec<(String, f64, f64)>,
-    /// entity-service's arrivals per 100 ms ([`FINE_FILE`] beside the series), when kept.
+    /// entity-service's arrivals and the orchestrators' attempt starts per 100 ms ([`FINE_FILE`]
+    /// beside the series), when kept.
     pub fine: Option<crate::quantity::Fine>,
 }
 
-/// Where a run keeps entity-service's arrivals per 100 ms, beside `series.jsonl`.
-pub const FINE_FILE: &str = "arrivals.json";
+/// Where a run keeps its fine streams per 100 ms (entity-service's arrivals, the orchestrators'
+/// attempt starts), beside `series.jsonl`.
+pub const FINE_FILE: &str = "fine.json";
 
 /// `orchestrator-3` → `orchestrator`; `supervisor` stays.
 fn service_of(replica: &str) -> String {
@@ -187,8 +189,13 @@ impl RunSeries {
                 scrapes,
             });
         }
-        // entity-service's arrivals per 100 ms, where the run kept them.
-        let fine_path = series.with_file_name(FINE_FILE);
+        // The fine streams, where the run kept them (runs before the attempt starts kept
+        // entity-service's arrivals alone, as `arrivals.json`).
+        let fine_path = [FINE_FILE, "arrivals.json"]
+            .map(|f| series.with_file_name(f))
+            .into_iter()
+            .find(|p| p.exists())
+            .unwrap_or_else(|| series.with_file_name(FINE_FILE));
         let fine = match std::fs::read(&fine_path) {
             Ok(bytes) => Some(
                 serde_json::from_slice(&bytes)

@@ -2,7 +2,7 @@
 //! order; scenario verdicts name them by id), and the lines the charts and `labctl watch` draw.
 //! Metric names are the postmortem's and the Grafana dashboards'.
 
-use crate::quantity::{Across, Expr, Filter, Over, Scale};
+use crate::quantity::{Across, Expr, Filter, Over, Scale, Stream};
 
 /// How a value prints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -529,7 +529,10 @@ pub static QUANTITIES: &[Quantity] = &[
             "entity_arrivals_acf_200ms",
             "entity-service arrivals per 100 ms: autocorrelation at 200 ms (the first backoff sleep)",
             Unit::Plain2,
-            Expr::Autocorrelation { lag_ms: 200 },
+            Expr::Autocorrelation {
+                of: Stream::Arrivals,
+                lag_ms: 200,
+            },
         )
     },
     Quantity {
@@ -538,7 +541,10 @@ pub static QUANTITIES: &[Quantity] = &[
             "entity_arrivals_acf_400ms",
             "entity-service arrivals per 100 ms: autocorrelation at 400 ms (the second)",
             Unit::Plain2,
-            Expr::Autocorrelation { lag_ms: 400 },
+            Expr::Autocorrelation {
+                of: Stream::Arrivals,
+                lag_ms: 400,
+            },
         )
     },
     Quantity {
@@ -547,7 +553,10 @@ pub static QUANTITIES: &[Quantity] = &[
             "entity_arrivals_acf_800ms",
             "entity-service arrivals per 100 ms: autocorrelation at 800 ms (the third)",
             Unit::Plain2,
-            Expr::Autocorrelation { lag_ms: 800 },
+            Expr::Autocorrelation {
+                of: Stream::Arrivals,
+                lag_ms: 800,
+            },
         )
     },
     Quantity {
@@ -556,7 +565,62 @@ pub static QUANTITIES: &[Quantity] = &[
             "entity_arrivals_acf_300ms",
             "entity-service arrivals per 100 ms: autocorrelation at 300 ms (no backoff lag: the floor)",
             Unit::Plain2,
-            Expr::Autocorrelation { lag_ms: 300 },
+            Expr::Autocorrelation {
+                of: Stream::Arrivals,
+                lag_ms: 300,
+            },
+        )
+    },
+    // The same lags at the source (issue 26): the orchestrators' attempts as each started,
+    // before the legacy client waits for one of its 64 per-host slots. Waves here and none in
+    // the arrivals above mean the slots pace what reaches entity-service by its completions,
+    // not by the backoff's clock; no waves here either mean the retries are not synchronized.
+    Quantity {
+        short: "starts r(200ms)",
+        ..row(
+            "orch_attempt_starts_acf_200ms",
+            "orchestrator attempts started per 100 ms (before the slot wait): autocorrelation at 200 ms",
+            Unit::Plain2,
+            Expr::Autocorrelation {
+                of: Stream::AttemptStarts,
+                lag_ms: 200,
+            },
+        )
+    },
+    Quantity {
+        short: "starts r(400ms)",
+        ..row(
+            "orch_attempt_starts_acf_400ms",
+            "orchestrator attempts started per 100 ms: autocorrelation at 400 ms",
+            Unit::Plain2,
+            Expr::Autocorrelation {
+                of: Stream::AttemptStarts,
+                lag_ms: 400,
+            },
+        )
+    },
+    Quantity {
+        short: "starts r(800ms)",
+        ..row(
+            "orch_attempt_starts_acf_800ms",
+            "orchestrator attempts started per 100 ms: autocorrelation at 800 ms",
+            Unit::Plain2,
+            Expr::Autocorrelation {
+                of: Stream::AttemptStarts,
+                lag_ms: 800,
+            },
+        )
+    },
+    Quantity {
+        short: "starts r(300ms)",
+        ..row(
+            "orch_attempt_starts_acf_300ms",
+            "orchestrator attempts started per 100 ms: autocorrelation at 300 ms (the floor)",
+            Unit::Plain2,
+            Expr::Autocorrelation {
+                of: Stream::AttemptStarts,
+                lag_ms: 300,
+            },
         )
     },
     Quantity {

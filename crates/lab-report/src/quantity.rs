@@ -121,24 +121,42 @@ pub enum Expr {
     /// Over the run so far: from its start (the baseline scrape, the load's second 0) to the
     /// window's end — the run's 200s against the rows its documents left in the database.
     SinceStart(&'static Expr),
-    /// The autocorrelation of entity-service's arrivals per 100 ms ([`Fine`]) over the window,
-    /// at a lag of `lag_ms`: a wave that comes back every `lag_ms` makes it positive, arrivals
-    /// independent of each other (an open-loop Poisson load) leave it near 0.
+    /// The autocorrelation of a fine stream per 100 ms ([`Fine`]) over the window, at a lag of
+    /// `lag_ms`: a wave that comes back every `lag_ms` makes it positive, events independent of
+    /// each other (an open-loop Poisson load) leave it near 0.
     Autocorrelation {
+        of: Stream,
         lag_ms: u64,
     },
 }
 
-/// Arrivals per fine bucket — entity-service's own 100 ms counts (`lab_core::arrivals`), summed
-/// over its replicas by bucket id — and where the run's t = 0 falls among them. The run keeps
-/// them as `arrivals.json` beside `series.jsonl`.
+/// What a [`Fine`] stream counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+    /// entity-service's requests as each arrived (`/debug/arrivals`): after every slot and
+    /// queue on the way.
+    Arrivals,
+    /// The orchestrators' entity attempts as each started (`/debug/attempts`): the backoff's
+    /// clock, before the legacy client's per-host slot wait.
+    AttemptStarts,
+}
+
+/// Events per fine bucket — each process's own 100 ms counts (`lab_core::arrivals`), summed over
+/// a service's replicas by bucket id — and where the run's t = 0 falls among them. The run keeps
+/// them as [`crate::charts::FINE_FILE`] beside `series.jsonl`. A bucket is present only when
+/// every replica running at the time was read for it: one replica unread makes it absent (not
+/// measured), never the others' sum.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Fine {
     pub bucket_ms: u64,
     /// The run's t = 0, in unix milliseconds.
     pub origin_ms: u64,
-    /// Bucket id (`unix ms / bucket_ms`) → arrivals. A bucket no replica was read for is absent.
-    pub counts: std::collections::BTreeMap<u64, u64>,
+    /// Bucket id (`unix ms / bucket_ms`) → entity-service's arrivals ([`Stream::Arrivals`]).
+    #[serde(alias = "counts")]
+    pub arrivals: std::collections::BTreeMap<u64, u64>,
+    /// Bucket id → the orchestrators' attempts started ([`Stream::AttemptStarts`]).
+    #[serde(default)]
+    pub attempt_starts: std::collections::BTreeMap<u64, u64>,
 }
 
 /// Fewest buckets an autocorrelation is computed over: 5 s of 100 ms buckets. Its noise for
@@ -146,10 +164,18 @@ pub struct Fine {
 const FINE_MIN_BUCKETS: usize = 50;
 
 impl Fine {
-    /// The autocorrelation at `lag_ms` of the counts in the run's seconds `[from, to)`: `None`
+    pub fn counts(&self, of: Stream) -> &std::collections::BTreeMap<u64, u64> {
+        match of {
+            Stream::Arrivals => &self.arrivals,
+            Stream::AttemptStarts => &self.attempt_starts,
+        }
+    }
+
+    /// The autocorrelation at `lag_ms` of stream `of` in the run's seconds `[from, to)`: `None`
     /// with fewer than [`FINE_MIN_BUCKETS`] buckets, under 90% of them read, or no variation.
     /// A bucket not read counts as the window's mean (it adds nothing either way).
-    pub fn autocorrelation(&self, from: f64, to: f64, lag_ms: u64) -> Option<f64> {
+    pub fn autocorrelation(&self, of: Stream, from: f64, to: f64, lag_ms: u64) -> Option<f64> {
+        let counts = self.counts(of);
         let b = self.bucket_ms.max(1) as f64;
         let origin = self.origin_ms as f64;
         let first = ((origin + from * 1e3) / b).ceil() as u64;
@@ -158,7 +184,7 @@ impl Fine {
             return None;
         }
         let read: Vec<Option<f64>> = (first..end)
-            .map(|id| self.counts.get(&id).map(|&c| c as f64))
+            .map(|id| counts.get(&id).map(|&c| c as f64))
             .collect();
         let n = read.len();
         let present = read.iter().flatten().count();
@@ -424,8 +450,8 @@ impl Frame<'_> {
                 Some(self.eval(e, w)? / first)
             }
             Expr::SinceStart(e) => self.raw(e, &w.since_start()),
-            Expr::Autocorrelation { lag_ms } => {
-                self.fine?.autocorrelation(w.load.0, w.load.1, lag_ms)
+            Expr::Autocorrelation { of, lag_ms } => {
+                self.fine?.autocorrelation(of, w.load.0, w.load.1, lag_ms)
             }
         }
     }
@@ -642,7 +668,8 @@ mod tests {
         Fine {
             bucket_ms: 100,
             origin_ms,
-            counts: (0..n).map(|i| (origin_ms / 100 + i, count(i))).collect(),
+            arrivals: (0..n).map(|i| (origin_ms / 100 + i, count(i))).collect(),
+            attempt_starts: Default::default(),
         }
     }
 
@@ -657,6 +684,7 @@ mod tests {
 
     #[test]
     fn the_backoffs_waves_stand_out_at_their_lags_and_independent_arrivals_do_not() {
+        const A: Stream = Stream::Arrivals;
         // Every 3 s a burst of failures; its retries come back 200, 600 and 1,400 ms later
         // (sleeps of 200, 400, 800 ms after attempts that fail at once).
         let waves = fine(300, |i| {
@@ -666,7 +694,12 @@ mod tests {
                     _ => 0,
                 }
         });
-        let r = |f: &Fine, lag| f.autocorrelation(0.0, 30.0, lag).unwrap();
+        let r = |f: &Fine, lag| f.autocorrelation(A, 0.0, 30.0, lag).unwrap();
+        // The other stream was not kept: not measured.
+        assert_eq!(
+            waves.autocorrelation(Stream::AttemptStarts, 0.0, 30.0, 200),
+            None
+        );
         // 300 ms is no pair's distance: a pulse there meets the quiet between pulses.
         let floor = r(&waves, 300);
         for lag in [200, 400, 800] {
@@ -681,13 +714,13 @@ mod tests {
             assert!(r(&flat, lag).abs() < 0.2, "lag {lag}: {}", r(&flat, lag));
         }
         // The window: its own buckets only, and not measured when short or mostly unread.
-        assert_eq!(waves.autocorrelation(0.0, 4.0, 200), None, "40 buckets");
+        assert_eq!(waves.autocorrelation(A, 0.0, 4.0, 200), None, "40 buckets");
         let mut holes = fine(300, noise);
-        holes.counts.retain(|id, _| id % 5 != 0);
-        assert_eq!(holes.autocorrelation(0.0, 30.0, 200), None, "80% read");
-        assert!(waves.autocorrelation(10.0, 20.0, 200).is_some());
+        holes.arrivals.retain(|id, _| id % 5 != 0);
+        assert_eq!(holes.autocorrelation(A, 0.0, 30.0, 200), None, "80% read");
+        assert!(waves.autocorrelation(A, 10.0, 20.0, 200).is_some());
         assert_eq!(
-            fine(300, |_| 7).autocorrelation(0.0, 30.0, 200),
+            fine(300, |_| 7).autocorrelation(A, 0.0, 30.0, 200),
             None,
             "no variation"
         );
