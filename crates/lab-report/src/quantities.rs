@@ -455,6 +455,17 @@ pub static QUANTITIES: &[Quantity] = &[
         )
     },
     Quantity {
+        short: "attempts started",
+        ..row(
+            "entity_attempt_starts_rps",
+            "entity-service attempts started per second (the orchestrators' own 100 ms counts: an attempt counted when it was made, not when it ended)",
+            Unit::Rps,
+            Expr::FineRate {
+                of: Stream::AttemptStarts,
+            },
+        )
+    },
+    Quantity {
         short: "entity served",
         ..row(
             "entity_served_rps",

@@ -128,6 +128,11 @@ pub enum Expr {
         of: Stream,
         lag_ms: u64,
     },
+    /// A fine stream's events per second over the window (its buckets, not a scrape's: an
+    /// attempt counted as it started, not as it ended).
+    FineRate {
+        of: Stream,
+    },
 }
 
 /// What a [`Fine`] stream counts.
@@ -171,10 +176,9 @@ impl Fine {
         }
     }
 
-    /// The autocorrelation at `lag_ms` of stream `of` in the run's seconds `[from, to)`: `None`
-    /// with fewer than [`FINE_MIN_BUCKETS`] buckets, under 90% of them read, or no variation.
-    /// A bucket not read counts as the window's mean (it adds nothing either way).
-    pub fn autocorrelation(&self, of: Stream, from: f64, to: f64, lag_ms: u64) -> Option<f64> {
+    /// The buckets of stream `of` in the run's seconds `[from, to)`, `None` where not read;
+    /// `None` altogether when under 90% of them were read.
+    fn window(&self, of: Stream, from: f64, to: f64) -> Option<Vec<Option<f64>>> {
         let counts = self.counts(of);
         let b = self.bucket_ms.max(1) as f64;
         let origin = self.origin_ms as f64;
@@ -186,9 +190,28 @@ impl Fine {
         let read: Vec<Option<f64>> = (first..end)
             .map(|id| counts.get(&id).map(|&c| c as f64))
             .collect();
+        let present = read.iter().flatten().count();
+        ((present as f64) >= 0.9 * read.len() as f64).then_some(read)
+    }
+
+    /// Events per second of stream `of` in the run's seconds `[from, to)` (the buckets read;
+    /// `None` under 90% of them).
+    pub fn rate(&self, of: Stream, from: f64, to: f64) -> Option<f64> {
+        let read = self.window(of, from, to)?;
+        let present: Vec<f64> = read.into_iter().flatten().collect();
+        let seconds = present.len() as f64 * self.bucket_ms.max(1) as f64 / 1e3;
+        Some(present.iter().sum::<f64>() / seconds)
+    }
+
+    /// The autocorrelation at `lag_ms` of stream `of` in the run's seconds `[from, to)`: `None`
+    /// with fewer than [`FINE_MIN_BUCKETS`] buckets, under 90% of them read, or no variation.
+    /// A bucket not read counts as the window's mean (it adds nothing either way).
+    pub fn autocorrelation(&self, of: Stream, from: f64, to: f64, lag_ms: u64) -> Option<f64> {
+        let b = self.bucket_ms.max(1) as f64;
+        let read = self.window(of, from, to)?;
         let n = read.len();
         let present = read.iter().flatten().count();
-        if n < FINE_MIN_BUCKETS || (present as f64) < 0.9 * n as f64 {
+        if n < FINE_MIN_BUCKETS {
             return None;
         }
         let mean = read.iter().flatten().sum::<f64>() / present as f64;
@@ -207,7 +230,11 @@ impl Expr {
             Expr::Increase { metric, .. }
             | Expr::Gauge { metric, .. }
             | Expr::Quantile { metric, .. } => vec![metric],
-            Expr::Sent | Expr::Good | Expr::Answered200 | Expr::Autocorrelation { .. } => vec![],
+            Expr::Sent
+            | Expr::Good
+            | Expr::Answered200
+            | Expr::Autocorrelation { .. }
+            | Expr::FineRate { .. } => vec![],
             Expr::PerSecond(e)
             | Expr::Scaled(e, _)
             | Expr::PerReplica(_, e)
@@ -227,7 +254,11 @@ impl Expr {
             Expr::Increase { service, .. }
             | Expr::Gauge { service, .. }
             | Expr::Quantile { service, .. } => vec![service],
-            Expr::Sent | Expr::Good | Expr::Answered200 | Expr::Autocorrelation { .. } => vec![],
+            Expr::Sent
+            | Expr::Good
+            | Expr::Answered200
+            | Expr::Autocorrelation { .. }
+            | Expr::FineRate { .. } => vec![],
             Expr::PerSecond(e) | Expr::Scaled(e, _) | Expr::VsFirst(e) | Expr::SinceStart(e) => {
                 e.services()
             }
@@ -453,6 +484,7 @@ impl Frame<'_> {
             Expr::Autocorrelation { of, lag_ms } => {
                 self.fine?.autocorrelation(of, w.load.0, w.load.1, lag_ms)
             }
+            Expr::FineRate { of } => self.fine?.rate(of, w.load.0, w.load.1),
         }
     }
 }
@@ -719,6 +751,14 @@ mod tests {
         holes.arrivals.retain(|id, _| id % 5 != 0);
         assert_eq!(holes.autocorrelation(A, 0.0, 30.0, 200), None, "80% read");
         assert!(waves.autocorrelation(A, 10.0, 20.0, 200).is_some());
+        // Its rate: events per second over the buckets read, scaled to what was read.
+        let steady = fine(300, |_| 7);
+        assert_eq!(steady.rate(A, 0.0, 30.0), Some(70.0));
+        let mut gappy = steady.clone();
+        gappy.arrivals.retain(|id, _| id % 20 != 0);
+        assert_eq!(gappy.rate(A, 0.0, 30.0), Some(70.0), "95% read");
+        assert_eq!(holes.rate(A, 0.0, 30.0), None, "80% read");
+        assert_eq!(steady.rate(Stream::AttemptStarts, 0.0, 30.0), None);
         assert_eq!(
             fine(300, |_| 7).autocorrelation(A, 0.0, 30.0, 200),
             None,
