@@ -25,7 +25,7 @@ pub const BUCKET_MS: u64 = 100;
 
 /// Buckets kept: 60 s. A reader polling every second has a minute to catch up after a stall
 /// before it loses buckets; 600 counters are 5 KB.
-const KEPT: usize = 600;
+pub const KEPT: usize = 600;
 
 /// The arrival counts of one process, by wall-clock bucket.
 #[derive(Clone, Default)]

@@ -12,7 +12,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use lab_core::arrivals::{Buckets, BUCKET_MS};
+use lab_core::arrivals::{Buckets, BUCKET_MS, KEPT};
 use lab_report::quantity::{Fine, Stream};
 
 use crate::scrape::{Scrape, Target, SUPERVISOR};
@@ -102,6 +102,17 @@ impl FineReader {
                 continue;
             }
             let s = &mut self.streams[r.stream];
+            // A replica read for the first time whose ring is not full started within the
+            // minute it keeps (`lab_core::arrivals`: a ring starts with its process): it had
+            // nothing to count before its first bucket, so it owes those buckets nothing — a
+            // replica the scale-up started is not "unread" for the seconds before it existed.
+            // (A restarted one was read before: the gap between its old process's last read
+            // bucket and its new ring stays unread.)
+            if !s.after.contains_key(&r.url) && b.counts.len() < KEPT {
+                for id in self.origin_ms / BUCKET_MS..b.first {
+                    s.seen.entry(id).or_default().1 += 1;
+                }
+            }
             for (i, c) in b.counts.iter().enumerate() {
                 let e = s.seen.entry(b.first + i as u64).or_default();
                 e.0 += c;
@@ -213,6 +224,44 @@ mod tests {
         // The next read of `a` asks after the last bucket it gave.
         assert_eq!(f.streams[0].after["a"], b0 + 3);
         assert_eq!(f.streams[0].after["b"], b0 + 2);
+    }
+
+    #[test]
+    fn a_replica_started_mid_run_owes_nothing_before_its_start_and_a_restarted_one_does() {
+        let origin = 1_800_000_000_000u64;
+        let b0 = origin / BUCKET_MS;
+        let mut f = FineReader::new(origin);
+        // One orchestrator, then a second started at b0 + 3 (the supervisor counts it from the
+        // tick it has a process: the whole second before).
+        f.absorb(vec![read(1, "o1", b0, &[1, 1])], origin + 200, |_| 1);
+        f.absorb(
+            vec![
+                read(1, "o1", b0 + 2, &[1, 1, 1]),
+                read(1, "o2", b0 + 3, &[5, 5]),
+            ],
+            origin + 500,
+            |_| 2,
+        );
+        let fine = f.fine();
+        assert_eq!(
+            fine.attempt_starts,
+            BTreeMap::from([(b0, 1), (b0 + 1, 1), (b0 + 2, 1), (b0 + 3, 6), (b0 + 4, 6)]),
+            "b0+2 owed by o2 (counted) but before its ring: o1's count alone"
+        );
+        // o1 restarts: its new ring begins at b0 + 7; b0 + 5 and b0 + 6 were its old process's,
+        // never read.
+        f.absorb(
+            vec![
+                read(1, "o1", b0 + 7, &[2]),
+                read(1, "o2", b0 + 5, &[5, 5, 5]),
+            ],
+            origin + 800,
+            |_| 2,
+        );
+        let fine = f.fine();
+        assert_eq!(fine.attempt_starts.get(&(b0 + 5)), None);
+        assert_eq!(fine.attempt_starts.get(&(b0 + 6)), None);
+        assert_eq!(fine.attempt_starts.get(&(b0 + 7)), Some(&7));
     }
 
     #[test]
