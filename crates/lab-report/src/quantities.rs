@@ -582,6 +582,30 @@ pub static QUANTITIES: &[Quantity] = &[
             },
         )
     },
+    // Pulses, whatever their period: the postmortem's "8,100 rps arriving in pulses, with quiet
+    // gaps between". Measured at the callee and at the callers' source.
+    Quantity {
+        short: "arrivals burstiness",
+        ..row(
+            "entity_arrivals_cv",
+            "entity-service arrivals per 100 ms: coefficient of variation (Poisson at 200/s: 0.22)",
+            Unit::Plain2,
+            Expr::FineCv {
+                of: Stream::Arrivals,
+            },
+        )
+    },
+    Quantity {
+        short: "starts burstiness",
+        ..row(
+            "orch_attempt_starts_cv",
+            "orchestrator attempts started per 100 ms: coefficient of variation",
+            Unit::Plain2,
+            Expr::FineCv {
+                of: Stream::AttemptStarts,
+            },
+        )
+    },
     // The same lags at the source (issue 26): the orchestrators' attempts as each started,
     // before the legacy client waits for one of its 64 per-host slots. Waves here and none in
     // the arrivals above mean the slots pace what reaches entity-service by its completions,

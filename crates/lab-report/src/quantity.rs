@@ -133,6 +133,12 @@ pub enum Expr {
     FineRate {
         of: Stream,
     },
+    /// How bursty a fine stream is over the window: the standard deviation of its 100 ms counts
+    /// over their mean. Independent (Poisson) events at λ a bucket read 1/√λ (0.22 at 200/s);
+    /// "pulses, with quiet gaps between" read well above that.
+    FineCv {
+        of: Stream,
+    },
 }
 
 /// What a [`Fine`] stream counts.
@@ -203,6 +209,19 @@ impl Fine {
         Some(present.iter().sum::<f64>() / seconds)
     }
 
+    /// The coefficient of variation of stream `of`'s buckets in the run's seconds `[from, to)`:
+    /// `None` with fewer than [`FINE_MIN_BUCKETS`], under 90% read, or no events.
+    pub fn cv(&self, of: Stream, from: f64, to: f64) -> Option<f64> {
+        let read: Vec<f64> = self.window(of, from, to)?.into_iter().flatten().collect();
+        if read.len() < FINE_MIN_BUCKETS {
+            return None;
+        }
+        let n = read.len() as f64;
+        let mean = read.iter().sum::<f64>() / n;
+        let var = read.iter().map(|c| (c - mean).powi(2)).sum::<f64>() / n;
+        (mean > 0.0).then(|| var.sqrt() / mean)
+    }
+
     /// The autocorrelation at `lag_ms` of stream `of` in the run's seconds `[from, to)`: `None`
     /// with fewer than [`FINE_MIN_BUCKETS`] buckets, under 90% of them read, or no variation.
     /// A bucket not read counts as the window's mean (it adds nothing either way).
@@ -234,7 +253,8 @@ impl Expr {
             | Expr::Good
             | Expr::Answered200
             | Expr::Autocorrelation { .. }
-            | Expr::FineRate { .. } => vec![],
+            | Expr::FineRate { .. }
+            | Expr::FineCv { .. } => vec![],
             Expr::PerSecond(e)
             | Expr::Scaled(e, _)
             | Expr::PerReplica(_, e)
@@ -258,7 +278,8 @@ impl Expr {
             | Expr::Good
             | Expr::Answered200
             | Expr::Autocorrelation { .. }
-            | Expr::FineRate { .. } => vec![],
+            | Expr::FineRate { .. }
+            | Expr::FineCv { .. } => vec![],
             Expr::PerSecond(e) | Expr::Scaled(e, _) | Expr::VsFirst(e) | Expr::SinceStart(e) => {
                 e.services()
             }
@@ -485,6 +506,7 @@ impl Frame<'_> {
                 self.fine?.autocorrelation(of, w.load.0, w.load.1, lag_ms)
             }
             Expr::FineRate { of } => self.fine?.rate(of, w.load.0, w.load.1),
+            Expr::FineCv { of } => self.fine?.cv(of, w.load.0, w.load.1),
         }
     }
 }
@@ -759,6 +781,18 @@ mod tests {
         assert_eq!(gappy.rate(A, 0.0, 30.0), Some(70.0), "95% read");
         assert_eq!(holes.rate(A, 0.0, 30.0), None, "80% read");
         assert_eq!(steady.rate(Stream::AttemptStarts, 0.0, 30.0), None);
+        // Burstiness: none in a constant stream; pulses of 60 on a floor of ~20 every 3 s.
+        assert_eq!(steady.cv(A, 0.0, 30.0), Some(0.0));
+        let (flat_cv, waves_cv) = (
+            flat.cv(A, 0.0, 30.0).unwrap(),
+            waves.cv(A, 0.0, 30.0).unwrap(),
+        );
+        assert!(
+            flat_cv < 0.35 && waves_cv > 2.0 * flat_cv,
+            "{flat_cv} {waves_cv}"
+        );
+        assert_eq!(fine(300, |_| 0).cv(A, 0.0, 30.0), None, "no events");
+        assert_eq!(holes.cv(A, 0.0, 30.0), None, "80% read");
         assert_eq!(
             fine(300, |_| 7).autocorrelation(A, 0.0, 30.0, 200),
             None,
