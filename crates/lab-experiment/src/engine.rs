@@ -105,7 +105,9 @@ pub fn native_targets(state_dir: &Path) -> anyhow::Result<(Vec<Target>, supervis
 pub use crate::scrape::{DATABASE, SUPERVISOR};
 
 /// The supervisor's counters as a scrape: `lab_supervisor_{restarts,oom_kills,rollouts}_total`
-/// per replica, and `lab_supervisor_replicas{binary}` (replicas with a process right now).
+/// per replica, and `lab_supervisor_replicas{binary}` (replicas with a process right now); and,
+/// read from the kernel by this process, `lab_supervisor_runqueue_wait_seconds_total` per
+/// replica (its threads' time runnable but waiting for a CPU: [`crate::runqueue`]).
 fn supervisor_scrape(state: &supervise::State) -> Scrape {
     let mut m = std::collections::HashMap::new();
     let mut running: std::collections::BTreeMap<&str, f64> = Default::default();
@@ -123,6 +125,12 @@ fn supervisor_scrape(state: &supervise::State) -> Scrape {
             format!("lab_supervisor_rollouts_total{l}"),
             f64::from(p.rollouts),
         );
+        if let Some(wait) = p.pid.and_then(crate::runqueue::wait_seconds) {
+            m.insert(
+                format!("lab_supervisor_runqueue_wait_seconds_total{l}"),
+                wait,
+            );
+        }
         *running.entry(&p.binary).or_default() += f64::from(u8::from(p.pid.is_some()));
     }
     for (b, n) in running {

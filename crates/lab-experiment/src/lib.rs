@@ -40,6 +40,7 @@ pub mod replay;
 mod replay_test;
 pub mod report;
 mod rows;
+mod runqueue;
 pub mod scenario;
 pub mod scrape;
 pub mod smoke;

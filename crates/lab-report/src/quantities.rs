@@ -201,6 +201,11 @@ const CACHE_HITS: Expr = some(ORCH, CACHE, Filter::Is("result", "hit"));
 const CACHE_LOOKUPS: Expr = all(ORCH, CACHE);
 const ORCH_ONLY: Filter = Filter::Is("binary", "orchestrator");
 const CPU_SECONDS: Expr = all(ORCH, "process_cpu_seconds_total");
+const RUNQUEUE: &str = "lab_supervisor_runqueue_wait_seconds_total";
+const ENT_RUNQUEUE: Expr = some(SUP, RUNQUEUE, Filter::Is("binary", "entity-service"));
+const ORCH_RUNQUEUE: Expr = some(SUP, RUNQUEUE, ORCH_ONLY);
+const ENT_RUNQUEUE_RATE: Expr = Expr::PerSecond(&ENT_RUNQUEUE);
+const ORCH_RUNQUEUE_RATE: Expr = Expr::PerSecond(&ORCH_RUNQUEUE);
 const CPU: Expr = Expr::PerSecond(&CPU_SECONDS);
 const RSS: Expr = gauge(
     ORCH,
@@ -820,6 +825,28 @@ pub static QUANTITIES: &[Quantity] = &[
             "Replicas restarted after exiting on their own (crash, kill, OOM)",
             Unit::Plain,
             all(SUP, "lab_supervisor_restarts_total"),
+        )
+    },
+    // The machine's stalls (issue 26): time the replicas' threads were ready to run and waited
+    // for one of the machine's cores, per second, mean per replica — the kernel's own
+    // scheduler accounting. What turns a steady arrival rate into empty 100 ms buckets beside
+    // full ones, whatever the client does.
+    Quantity {
+        short: "entity CPU wait",
+        ..row(
+            "entity_runqueue_wait",
+            "entity-service threads waiting for a CPU (s per s, mean per replica; the kernel's run-queue time)",
+            Unit::Plain2,
+            Expr::PerReplica(ENT, &ENT_RUNQUEUE_RATE),
+        )
+    },
+    Quantity {
+        short: "orch CPU wait",
+        ..row(
+            "orchestrator_runqueue_wait",
+            "orchestrator threads waiting for a CPU (s per s, mean per replica)",
+            Unit::Plain2,
+            Expr::PerReplica(ORCH, &ORCH_RUNQUEUE_RATE),
         )
     },
     Quantity {
