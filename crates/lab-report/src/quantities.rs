@@ -2,7 +2,7 @@
 //! order; scenario verdicts name them by id), and the lines the charts and `labctl watch` draw.
 //! Metric names are the postmortem's and the Grafana dashboards'.
 
-use crate::quantity::{Across, Expr, Filter, Over, Scale, Stream};
+use crate::quantity::{Across, Expr, Filter, FineWhat, Over, Scale, Stream};
 
 /// How a value prints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -465,8 +465,9 @@ pub static QUANTITIES: &[Quantity] = &[
             "entity_attempt_starts_rps",
             "entity-service attempts started per second (the orchestrators' own 100 ms counts: an attempt counted when it was made, not when it ended)",
             Unit::Rps,
-            Expr::FineRate {
+            Expr::Fine {
                 of: Stream::AttemptStarts,
+                what: FineWhat::Rate,
             },
         )
     },
@@ -545,9 +546,9 @@ pub static QUANTITIES: &[Quantity] = &[
             "entity_arrivals_acf_200ms",
             "entity-service arrivals per 100 ms: autocorrelation at 200 ms (the first backoff sleep)",
             Unit::Plain2,
-            Expr::Autocorrelation {
+            Expr::Fine {
                 of: Stream::Arrivals,
-                lag_ms: 200,
+                what: FineWhat::Autocorrelation { lag_ms: 200 },
             },
         )
     },
@@ -557,9 +558,9 @@ pub static QUANTITIES: &[Quantity] = &[
             "entity_arrivals_acf_400ms",
             "entity-service arrivals per 100 ms: autocorrelation at 400 ms (the second)",
             Unit::Plain2,
-            Expr::Autocorrelation {
+            Expr::Fine {
                 of: Stream::Arrivals,
-                lag_ms: 400,
+                what: FineWhat::Autocorrelation { lag_ms: 400 },
             },
         )
     },
@@ -569,9 +570,9 @@ pub static QUANTITIES: &[Quantity] = &[
             "entity_arrivals_acf_800ms",
             "entity-service arrivals per 100 ms: autocorrelation at 800 ms (the third)",
             Unit::Plain2,
-            Expr::Autocorrelation {
+            Expr::Fine {
                 of: Stream::Arrivals,
-                lag_ms: 800,
+                what: FineWhat::Autocorrelation { lag_ms: 800 },
             },
         )
     },
@@ -581,9 +582,9 @@ pub static QUANTITIES: &[Quantity] = &[
             "entity_arrivals_acf_300ms",
             "entity-service arrivals per 100 ms: autocorrelation at 300 ms (no backoff lag: the floor)",
             Unit::Plain2,
-            Expr::Autocorrelation {
+            Expr::Fine {
                 of: Stream::Arrivals,
-                lag_ms: 300,
+                what: FineWhat::Autocorrelation { lag_ms: 300 },
             },
         )
     },
@@ -595,8 +596,9 @@ pub static QUANTITIES: &[Quantity] = &[
             "entity_arrivals_cv",
             "entity-service arrivals per 100 ms: coefficient of variation (Poisson at 200/s: 0.22)",
             Unit::Plain2,
-            Expr::FineCv {
+            Expr::Fine {
                 of: Stream::Arrivals,
+                what: FineWhat::Cv,
             },
         )
     },
@@ -606,8 +608,9 @@ pub static QUANTITIES: &[Quantity] = &[
             "orch_attempt_starts_cv",
             "orchestrator attempts started per 100 ms: coefficient of variation",
             Unit::Plain2,
-            Expr::FineCv {
+            Expr::Fine {
                 of: Stream::AttemptStarts,
+                what: FineWhat::Cv,
             },
         )
     },
@@ -621,9 +624,9 @@ pub static QUANTITIES: &[Quantity] = &[
             "orch_attempt_starts_acf_200ms",
             "orchestrator attempts started per 100 ms (before the slot wait): autocorrelation at 200 ms",
             Unit::Plain2,
-            Expr::Autocorrelation {
+            Expr::Fine {
                 of: Stream::AttemptStarts,
-                lag_ms: 200,
+                what: FineWhat::Autocorrelation { lag_ms: 200 },
             },
         )
     },
@@ -633,9 +636,9 @@ pub static QUANTITIES: &[Quantity] = &[
             "orch_attempt_starts_acf_400ms",
             "orchestrator attempts started per 100 ms: autocorrelation at 400 ms",
             Unit::Plain2,
-            Expr::Autocorrelation {
+            Expr::Fine {
                 of: Stream::AttemptStarts,
-                lag_ms: 400,
+                what: FineWhat::Autocorrelation { lag_ms: 400 },
             },
         )
     },
@@ -645,9 +648,9 @@ pub static QUANTITIES: &[Quantity] = &[
             "orch_attempt_starts_acf_800ms",
             "orchestrator attempts started per 100 ms: autocorrelation at 800 ms",
             Unit::Plain2,
-            Expr::Autocorrelation {
+            Expr::Fine {
                 of: Stream::AttemptStarts,
-                lag_ms: 800,
+                what: FineWhat::Autocorrelation { lag_ms: 800 },
             },
         )
     },
@@ -657,9 +660,9 @@ pub static QUANTITIES: &[Quantity] = &[
             "orch_attempt_starts_acf_300ms",
             "orchestrator attempts started per 100 ms: autocorrelation at 300 ms (the floor)",
             Unit::Plain2,
-            Expr::Autocorrelation {
+            Expr::Fine {
                 of: Stream::AttemptStarts,
-                lag_ms: 300,
+                what: FineWhat::Autocorrelation { lag_ms: 300 },
             },
         )
     },

@@ -121,24 +121,26 @@ pub enum Expr {
     /// Over the run so far: from its start (the baseline scrape, the load's second 0) to the
     /// window's end — the run's 200s against the rows its documents left in the database.
     SinceStart(&'static Expr),
-    /// The autocorrelation of a fine stream per 100 ms ([`Fine`]) over the window, at a lag of
-    /// `lag_ms`: a wave that comes back every `lag_ms` makes it positive, events independent of
-    /// each other (an open-loop Poisson load) leave it near 0.
-    Autocorrelation {
+    /// A fine stream's 100 ms counts ([`Fine`]) over the window, read as `what`.
+    Fine {
         of: Stream,
-        lag_ms: u64,
+        what: FineWhat,
     },
-    /// A fine stream's events per second over the window (its buckets, not a scrape's: an
-    /// attempt counted as it started, not as it ended).
-    FineRate {
-        of: Stream,
-    },
-    /// How bursty a fine stream is over the window: the standard deviation of its 100 ms counts
-    /// over their mean. Independent (Poisson) events at λ a bucket read 1/√λ (0.22 at 200/s);
-    /// "pulses, with quiet gaps between" read well above that.
-    FineCv {
-        of: Stream,
-    },
+}
+
+/// What an [`Expr::Fine`] reads of a stream's 100 ms counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FineWhat {
+    /// Events per second (the buckets', not a scrape's: an attempt counted as it started, not
+    /// as it ended).
+    Rate,
+    /// How bursty: the standard deviation of the counts over their mean. Independent (Poisson)
+    /// events at λ a bucket read 1/√λ (0.22 at 200/s); "pulses, with quiet gaps between" read
+    /// well above that.
+    Cv,
+    /// The autocorrelation at a lag of `lag_ms`: a wave that comes back every `lag_ms` makes it
+    /// positive, events independent of each other (an open-loop Poisson load) leave it near 0.
+    Autocorrelation { lag_ms: u64 },
 }
 
 /// What a [`Fine`] stream counts.
@@ -249,12 +251,7 @@ impl Expr {
             Expr::Increase { metric, .. }
             | Expr::Gauge { metric, .. }
             | Expr::Quantile { metric, .. } => vec![metric],
-            Expr::Sent
-            | Expr::Good
-            | Expr::Answered200
-            | Expr::Autocorrelation { .. }
-            | Expr::FineRate { .. }
-            | Expr::FineCv { .. } => vec![],
+            Expr::Sent | Expr::Good | Expr::Answered200 | Expr::Fine { .. } => vec![],
             Expr::PerSecond(e)
             | Expr::Scaled(e, _)
             | Expr::PerReplica(_, e)
@@ -274,12 +271,7 @@ impl Expr {
             Expr::Increase { service, .. }
             | Expr::Gauge { service, .. }
             | Expr::Quantile { service, .. } => vec![service],
-            Expr::Sent
-            | Expr::Good
-            | Expr::Answered200
-            | Expr::Autocorrelation { .. }
-            | Expr::FineRate { .. }
-            | Expr::FineCv { .. } => vec![],
+            Expr::Sent | Expr::Good | Expr::Answered200 | Expr::Fine { .. } => vec![],
             Expr::PerSecond(e) | Expr::Scaled(e, _) | Expr::VsFirst(e) | Expr::SinceStart(e) => {
                 e.services()
             }
@@ -502,11 +494,16 @@ impl Frame<'_> {
                 Some(self.eval(e, w)? / first)
             }
             Expr::SinceStart(e) => self.raw(e, &w.since_start()),
-            Expr::Autocorrelation { of, lag_ms } => {
-                self.fine?.autocorrelation(of, w.load.0, w.load.1, lag_ms)
+            Expr::Fine { of, what } => {
+                let (fine, from, to) = (self.fine?, w.load.0, w.load.1);
+                match what {
+                    FineWhat::Rate => fine.rate(of, from, to),
+                    FineWhat::Cv => fine.cv(of, from, to),
+                    FineWhat::Autocorrelation { lag_ms } => {
+                        fine.autocorrelation(of, from, to, lag_ms)
+                    }
+                }
             }
-            Expr::FineRate { of } => self.fine?.rate(of, w.load.0, w.load.1),
-            Expr::FineCv { of } => self.fine?.cv(of, w.load.0, w.load.1),
         }
     }
 }
