@@ -145,9 +145,11 @@ pub const RESOLVE_SPAN: &str = "entity.Resolve";
 #[derive(Clone)]
 pub struct ClientMetrics {
     families: Arc<Families>,
-    /// Attempts as each started, per 100 ms of wall clock (before any slot or permit is waited
-    /// for): the backoff's clock, before anything downstream paces it. Served on the
-    /// orchestrator's admin listener (`/debug/attempts`), beside entity-service's arrivals.
+    /// Attempts as each started, per 100 ms of wall clock: the legacy client's before it waits
+    /// for a per-host slot (the backoff's clock, before anything downstream paces it); the fixed
+    /// client's as each goes out, once its limiter admitted the call (it never waits for a
+    /// permit: a call it sheds makes no attempt). Served on the orchestrator's admin listener
+    /// (`/debug/attempts`), beside entity-service's arrivals.
     starts: lab_core::arrivals::Arrivals,
 }
 

@@ -38,6 +38,8 @@ struct StreamReader {
     expected: BTreeMap<u64, u32>,
     /// The first bucket not yet given its expected count.
     next: u64,
+    /// Replicas running at the last tick.
+    last_running: u32,
 }
 
 /// One replica's answer for one stream.
@@ -122,7 +124,12 @@ impl FineReader {
         }
         let complete = now_ms / BUCKET_MS;
         for (s, (_, service, _)) in self.streams.iter_mut().zip(SOURCES) {
-            let n = running(service);
+            // A replica running at the last tick and gone at this one ran for part of the
+            // buckets between: they are owed its read too, which it can no longer give (its
+            // last events are unknown: not measured, never the survivors' sum).
+            let now = running(service);
+            let n = now.max(s.last_running);
+            s.last_running = now;
             for id in s.next..complete {
                 s.expected.insert(id, n);
             }
@@ -219,8 +226,13 @@ mod tests {
             BTreeMap::from([(b0, 11), (b0 + 1, 22), (b0 + 2, 33)]),
             "bucket b0+3 still owes b's read"
         );
-        // No orchestrator running when b0+3 completed: nothing could start, nothing is owed.
-        assert_eq!(fine.attempt_starts.get(&(b0 + 3)), Some(&0));
+        // The orchestrator ran at the last tick and is gone now: b0+3 owes its unread read.
+        assert_eq!(fine.attempt_starts.get(&(b0 + 3)), None);
+        // None running at two ticks in a row: nothing could start, nothing is owed.
+        f.absorb(vec![], origin + 500, |s| {
+            u32::from(s == "entity-service") * 2
+        });
+        assert_eq!(f.fine().attempt_starts.get(&(b0 + 4)), Some(&0));
         // The next read of `a` asks after the last bucket it gave.
         assert_eq!(f.streams[0].after["a"], b0 + 3);
         assert_eq!(f.streams[0].after["b"], b0 + 2);
@@ -262,6 +274,28 @@ mod tests {
         assert_eq!(fine.attempt_starts.get(&(b0 + 5)), None);
         assert_eq!(fine.attempt_starts.get(&(b0 + 6)), None);
         assert_eq!(fine.attempt_starts.get(&(b0 + 7)), Some(&7));
+    }
+
+    #[test]
+    fn a_replica_that_exits_between_ticks_leaves_the_buckets_between_unmeasured() {
+        let origin = 1_800_000_000_000u64;
+        let b0 = origin / BUCKET_MS;
+        let mut f = FineReader::new(origin);
+        f.absorb(
+            vec![read(0, "a", b0, &[1, 1]), read(0, "b", b0, &[2, 2])],
+            origin + 200,
+            |_| 2,
+        );
+        // `b` exited before this tick, its last buckets never read; `a` still answers.
+        f.absorb(vec![read(0, "a", b0 + 2, &[1, 1])], origin + 400, |_| 1);
+        // And a tick later only `a` owes anything.
+        f.absorb(vec![read(0, "a", b0 + 4, &[1])], origin + 500, |_| 1);
+        let fine = f.fine();
+        assert_eq!(
+            fine.arrivals,
+            BTreeMap::from([(b0, 3), (b0 + 1, 3), (b0 + 4, 1)]),
+            "b0+2 and b0+3 owe b's read"
+        );
     }
 
     #[test]
