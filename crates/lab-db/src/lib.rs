@@ -186,14 +186,165 @@ pub async fn drop_database(url: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Whether a service may connect as a PostgreSQL superuser. Services run as their own
+/// least-privilege roles ([`GATEWAY_ROLE`], [`ENTITY_SERVICE_ROLE`], [`ENRICHMENT_ROLE`]): a
+/// superuser's connection in an internet-facing process is every table, every role's password
+/// hash and `COPY ... TO PROGRAM` away from an attacker. `Allow` is for test harnesses that run a
+/// service against a database without the roles (`database.allow_superuser = true`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Superuser {
+    Refuse,
+    Allow,
+}
+
+impl Superuser {
+    /// From a service's `database.allow_superuser` setting.
+    pub fn allowed(allow: bool) -> Self {
+        if allow {
+            Superuser::Allow
+        } else {
+            Superuser::Refuse
+        }
+    }
+}
+
+/// A connection was opened as a superuser by a service that refuses to run as one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SuperuserRefused {
+    pub role: String,
+}
+
+impl std::fmt::Display for SuperuserRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "connected to PostgreSQL as {:?}, a superuser: a service runs as its own \
+             least-privilege role ({GATEWAY_ROLE}, {ENTITY_SERVICE_ROLE} or {ENRICHMENT_ROLE}, \
+             created by `labctl db prepare`); put that role in database.url \
+             (database.allow_superuser = true is for test harnesses only)",
+            self.role
+        )
+    }
+}
+
+impl std::error::Error for SuperuserRefused {}
+
+/// The session's role, and whether PostgreSQL counts it a superuser (its own `is_superuser`
+/// setting, which also covers a role that became one by `SET ROLE`).
+const WHO_AM_I: &str = "SELECT current_user::text, current_setting('is_superuser') = 'on'";
+
+/// `Err` when the tokio-postgres session `client` is a superuser's and `policy` refuses it.
+pub async fn check_superuser(
+    client: &tokio_postgres::Client,
+    policy: Superuser,
+) -> Result<(), CheckError> {
+    if policy == Superuser::Allow {
+        return Ok(());
+    }
+    let row = client
+        .query_one(WHO_AM_I, &[])
+        .await
+        .map_err(CheckError::Db)?;
+    if row.get::<_, bool>(1) {
+        return Err(CheckError::Refused(SuperuserRefused { role: row.get(0) }));
+    }
+    Ok(())
+}
+
+/// `Err` when the sqlx connection `conn` is a superuser's and `policy` refuses it (the gateway's
+/// pool checks every new connection with this, in `after_connect`).
+pub async fn check_superuser_sqlx(
+    conn: &mut PgConnection,
+    policy: Superuser,
+) -> Result<(), sqlx::Error> {
+    if policy == Superuser::Allow {
+        return Ok(());
+    }
+    let (role, superuser): (String, bool) = sqlx::query_as(WHO_AM_I).fetch_one(conn).await?;
+    if superuser {
+        return Err(sqlx::Error::Configuration(Box::new(SuperuserRefused {
+            role,
+        })));
+    }
+    Ok(())
+}
+
+/// Why a connection check did not pass.
+#[derive(Debug)]
+pub enum CheckError {
+    Refused(SuperuserRefused),
+    Db(tokio_postgres::Error),
+}
+
+/// How long a service waits at start for its first connection, to refuse a superuser before it
+/// serves. PostgreSQL not answering within it does not stop the service (it starts and connects
+/// lazily: shallow readiness), and every connection opened later is checked all the same. 2 s: a
+/// local or in-cluster connection takes milliseconds; a database still starting is not waited
+/// for longer than a readiness probe's period.
+pub const START_CHECK: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// At start: open one pooled connection (checked by the pool's hook) and stop with
+/// [`SuperuserRefused`] if it is a superuser's; any other outcome lets the service start.
+pub async fn refuse_superuser_at_start(pool: &deadpool_postgres::Pool) -> anyhow::Result<()> {
+    match tokio::time::timeout(START_CHECK, pool.get()).await {
+        Ok(Err(deadpool_postgres::PoolError::PostCreateHook(
+            deadpool_postgres::HookError::Message(m),
+        ))) => {
+            anyhow::bail!("{m}")
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "PostgreSQL not reachable at start; the role is checked on every connection");
+            Ok(())
+        }
+        Err(_) => {
+            tracing::warn!(
+                "PostgreSQL did not answer at start; the role is checked on every connection"
+            );
+            Ok(())
+        }
+        Ok(Ok(_)) => Ok(()),
+    }
+}
+
+/// [`refuse_superuser_at_start`] for a sqlx pool whose `after_connect` runs
+/// [`check_superuser_sqlx`] (the gateway's). One connection of the pool's own options, outside
+/// the pool: sqlx retries a failed `after_connect` until its acquire timeout and then says only
+/// "timed out", which would hide the reason.
+pub async fn refuse_superuser_at_start_sqlx(pool: &sqlx::PgPool) -> anyhow::Result<()> {
+    let check = async {
+        let mut conn = pool.connect_options().connect().await?;
+        let checked = check_superuser_sqlx(&mut conn, Superuser::Refuse).await;
+        conn.close().await.ok();
+        checked
+    };
+    match tokio::time::timeout(START_CHECK, check).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(sqlx::Error::Configuration(e))) if e.is::<SuperuserRefused>() => {
+            anyhow::bail!("{e}")
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "PostgreSQL not reachable at start; the role is checked on every connection");
+            Ok(())
+        }
+        Err(_) => {
+            tracing::warn!(
+                "PostgreSQL did not answer at start; the role is checked on every connection"
+            );
+            Ok(())
+        }
+    }
+}
+
 /// A deadpool of tokio-postgres connections, `size` connections at most, waiting at most
 /// `wait_timeout` for a free one (None: wait as long as the caller's future lives).
 /// Connections carry `application_name` so `pg_stat_activity` tells whose query is running.
+/// Every new connection is checked against `superuser` before the pool hands it out.
 pub fn hot_path_pool(
     url: &str,
     application_name: &str,
     size: usize,
     wait_timeout: Option<std::time::Duration>,
+    superuser: Superuser,
 ) -> anyhow::Result<deadpool_postgres::Pool> {
     let mut pg: tokio_postgres::Config = url
         .parse()
@@ -215,6 +366,18 @@ pub fn hot_path_pool(
         .runtime(deadpool_postgres::Runtime::Tokio1)
         .wait_timeout(wait_timeout)
         .create_timeout(Some(std::time::Duration::from_secs(5)))
+        .post_create(deadpool_postgres::Hook::async_fn(move |client, _| {
+            Box::pin(async move {
+                match check_superuser(client, superuser).await {
+                    Ok(()) => Ok(()),
+                    Err(CheckError::Refused(r)) => {
+                        tracing::error!(role = %r.role, "{r}");
+                        Err(deadpool_postgres::HookError::message(r.to_string()))
+                    }
+                    Err(CheckError::Db(e)) => Err(deadpool_postgres::HookError::Backend(e)),
+                }
+            })
+        }))
         .build()
         .context("building the PostgreSQL pool")?;
     Ok(pool)

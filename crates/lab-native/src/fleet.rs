@@ -336,22 +336,45 @@ impl SharedEnv<'_> {
 }
 
 /// The database URLs the services connect with: each its own least-privilege role, or the
-/// owner's URL with `--no-service-roles`.
+/// owner's URL with `--no-service-roles` (then the services are told a superuser is allowed:
+/// they refuse to start as one otherwise).
 struct ServiceDbs {
-    gateway: String,
-    entity: String,
-    enrichment: String,
+    gateway: DbEnv,
+    entity: DbEnv,
+    enrichment: DbEnv,
+}
+
+/// One service's database settings, as its environment.
+struct DbEnv {
+    url: String,
+    allow_superuser: bool,
+}
+
+impl DbEnv {
+    fn env(&self) -> BTreeMap<String, String> {
+        let mut env = BTreeMap::from([("LAB_DATABASE__URL".to_string(), self.url.clone())]);
+        if self.allow_superuser {
+            env.insert("LAB_DATABASE__ALLOW_SUPERUSER".into(), "true".into());
+        }
+        env
+    }
 }
 
 impl ServiceDbs {
     /// Every service's URL, derived from the owner's `database_url`.
     fn of(args: &UpArgs, database_url: &str) -> anyhow::Result<Self> {
-        let db_as = |role: &str| -> anyhow::Result<String> {
-            if args.no_service_roles {
-                Ok(database_url.to_string())
+        let db_as = |role: &str| -> anyhow::Result<DbEnv> {
+            Ok(if args.no_service_roles {
+                DbEnv {
+                    url: database_url.to_string(),
+                    allow_superuser: true,
+                }
             } else {
-                lab_db::role_url(database_url, role, None)
-            }
+                DbEnv {
+                    url: lab_db::role_url(database_url, role, None)?,
+                    allow_superuser: false,
+                }
+            })
         };
         Ok(ServiceDbs {
             gateway: db_as(lab_db::GATEWAY_ROLE)?,
@@ -367,14 +390,11 @@ fn url_list(ports: impl IntoIterator<Item = u16>) -> String {
 }
 
 /// The entity-service replicas, one per port, on the database as `db`.
-fn entity_services(ports: &[u16], db: &str, shared: &SharedEnv) -> Vec<ProcSpec> {
+fn entity_services(ports: &[u16], db: &DbEnv, shared: &SharedEnv) -> Vec<ProcSpec> {
     ports
         .iter()
         .enumerate()
-        .map(|(i, port)| {
-            let env = BTreeMap::from([("LAB_DATABASE__URL".to_string(), db.to_string())]);
-            shared.replica("entity-service", i, *port, env)
-        })
+        .map(|(i, port)| shared.replica("entity-service", i, *port, db.env()))
         .collect()
 }
 
@@ -413,7 +433,7 @@ fn orchestrators(
 fn gateways(
     args: &UpArgs,
     orch_ports: &[u16],
-    db: &str,
+    db: &DbEnv,
     state_dir: &Path,
     shared: &SharedEnv,
 ) -> Vec<ProcSpec> {
@@ -421,8 +441,7 @@ fn gateways(
     let orch_admins = url_list(orch_ports.iter().map(|p| supervise::admin_port(*p)));
     let mut procs = Vec::new();
     for i in 0..args.gateways {
-        let mut env = BTreeMap::new();
-        env.insert("LAB_DATABASE__URL".into(), db.to_string());
+        let mut env = db.env();
         env.insert("LAB_UPSTREAM__ORCHESTRATORS".into(), orch_urls.clone());
         env.insert(
             "LAB_UPSTREAM__ORCHESTRATORS_ADMIN".into(),
@@ -444,11 +463,10 @@ fn gateways(
 
 /// The enrichment workers from `--enrichment-port` on, consuming from the brokers `kafka` (in
 /// `--enrichment-group`, when named) on the database as `db`.
-fn enrichment_workers(args: &UpArgs, kafka: &str, db: &str, shared: &SharedEnv) -> Vec<ProcSpec> {
+fn enrichment_workers(args: &UpArgs, kafka: &str, db: &DbEnv, shared: &SharedEnv) -> Vec<ProcSpec> {
     (0..args.enrichment_workers)
         .map(|i| {
-            let mut env = BTreeMap::new();
-            env.insert("LAB_DATABASE__URL".into(), db.to_string());
+            let mut env = db.env();
             env.insert("LAB_KAFKA__BROKERS".into(), kafka.to_string());
             if let Some(g) = &args.enrichment_group {
                 env.insert("LAB_KAFKA__GROUP_ID".into(), g.clone());
@@ -939,12 +957,18 @@ mod tests {
                 env(&p, name, "LAB_DATABASE__URL"),
                 Some(format!("postgres://{role}@127.0.0.1:5432/retry_storm_lab").as_str())
             );
+            // Each service refuses a superuser's connection unless told otherwise.
+            assert_eq!(env(&p, name, "LAB_DATABASE__ALLOW_SUPERUSER"), None);
         }
         assert_eq!(env(&p, "orchestrator-1", "LAB_DATABASE__URL"), None);
         let owner = plan_of(&["--no-service-roles", "--bin-dir", "/tmp"]).unwrap();
         assert_eq!(
             env(&owner, "entity-service-1", "LAB_DATABASE__URL"),
             Some("postgres://postgres@127.0.0.1:5432/retry_storm_lab")
+        );
+        assert_eq!(
+            env(&owner, "entity-service-1", "LAB_DATABASE__ALLOW_SUPERUSER"),
+            Some("true")
         );
     }
 

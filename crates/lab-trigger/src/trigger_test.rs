@@ -174,6 +174,8 @@ impl Service {
         s.http.port = 0;
         s.admin.port = 0;
         s.database.url = db.url.clone();
+        // The test database's owner: the trigger is under test here, not the role.
+        s.database.allow_superuser = true;
         // Four pooled connections, each with its own statement cache and generic plan.
         s.database.pool_size = 4;
         s.flags.namespace = format!("lab-test-trigger-{}", std::process::id());

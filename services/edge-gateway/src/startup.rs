@@ -66,10 +66,17 @@ impl Application {
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
         settings.validate()?;
         let metrics = Metrics::new();
+        let superuser = lab_db::Superuser::allowed(settings.database.allow_superuser);
         let pool = PgPoolOptions::new()
             .max_connections(settings.database.pool_size)
             .acquire_timeout(Duration::from_secs(2))
+            .after_connect(move |conn, _| {
+                Box::pin(async move { lab_db::check_superuser_sqlx(conn, superuser).await })
+            })
             .connect_lazy(&settings.database.url)?;
+        if superuser == lab_db::Superuser::Refuse {
+            lab_db::refuse_superuser_at_start_sqlx(&pool).await?;
+        }
         let keys = Arc::new(
             KeyStore::new(
                 pool,

@@ -75,6 +75,8 @@ async fn main() -> anyhow::Result<()> {
     s.http.port = 0;
     s.admin.port = 0;
     s.database.url = db.url.clone();
+    // The test database's owner: this bench measures the worker, not its role.
+    s.database.allow_superuser = true;
     s.kafka.brokers = brokers.clone();
     s.kafka.topic = topic.clone();
     s.kafka.group_id = testkit::unique_name("bench-group");

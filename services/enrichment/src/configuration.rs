@@ -19,6 +19,9 @@ pub struct Settings {
 #[serde(deny_unknown_fields)]
 pub struct DatabaseSettings {
     pub url: String,
+    /// Connect even when `url`'s role is a PostgreSQL superuser (test harnesses only; see
+    /// `lab_db::Superuser`). The service refuses to start as one otherwise.
+    pub allow_superuser: bool,
     pub pool_size: usize,
 }
 

@@ -30,7 +30,9 @@ impl Application {
             "enrichment",
             settings.database.pool_size,
             None,
+            lab_db::Superuser::allowed(settings.database.allow_superuser),
         )?;
+        lab_db::refuse_superuser_at_start(&pool).await?;
         let flags = settings.flags.watch(&metrics).await?;
         let health = Health::new();
         flags.gate(&health);

@@ -46,7 +46,7 @@ async fn state(db: &str) -> (i64, Vec<(i64, i64, i64)>, Vec<(i64, i64, i64)>) {
 #[tokio::test]
 async fn an_event_applied_twice_changes_nothing_the_second_time() {
     let db = TestDb::new().await;
-    let pool = lab_db::hot_path_pool(&db.url, "test", 1, None).unwrap();
+    let pool = lab_db::hot_path_pool(&db.url, "test", 1, None, lab_db::Superuser::Allow).unwrap();
     let mut client = pool.get().await.unwrap();
     let origin = Origin {
         partition: 3,
@@ -103,7 +103,7 @@ async fn an_event_applied_twice_changes_nothing_the_second_time() {
 #[tokio::test]
 async fn a_runs_rows_are_counted_by_its_documents_and_a_document_twice_shows() {
     let db = TestDb::new().await;
-    let pool = lab_db::hot_path_pool(&db.url, "test", 1, None).unwrap();
+    let pool = lab_db::hot_path_pool(&db.url, "test", 1, None, lab_db::Superuser::Allow).unwrap();
     let mut client = pool.get().await.unwrap();
     let origin = Origin {
         partition: 0,

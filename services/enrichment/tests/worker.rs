@@ -23,6 +23,7 @@ impl Worker {
             .env("LAB_HTTP__PORT", port.to_string())
             .env("LAB_ADMIN__PORT", admin.to_string())
             .env("LAB_DATABASE__URL", db)
+            .env("LAB_DATABASE__ALLOW_SUPERUSER", "true")
             .env("LAB_KAFKA__BROKERS", brokers)
             .env("LAB_KAFKA__TOPIC", topic)
             .env("LAB_KAFKA__GROUP_ID", group)

@@ -18,6 +18,9 @@ pub struct Settings {
 #[serde(deny_unknown_fields)]
 pub struct DatabaseSettings {
     pub url: String,
+    /// Connect even when `url`'s role is a PostgreSQL superuser (test harnesses only; see
+    /// `lab_db::Superuser`). The service refuses to start as one otherwise.
+    pub allow_superuser: bool,
     pub pool_size: usize,
     pub pool_wait_ms: u64,
 }

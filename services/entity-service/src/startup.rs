@@ -48,7 +48,9 @@ impl Application {
             &application_name,
             settings.database.pool_size,
             wait,
+            lab_db::Superuser::allowed(settings.database.allow_superuser),
         )?;
+        lab_db::refuse_superuser_at_start(&pool).await?;
         let metrics = Metrics::new();
         let svc = ServiceMetrics::new(&metrics, pool.clone());
         // The hot statement's plan and the staleness of entities, refreshed every few seconds on

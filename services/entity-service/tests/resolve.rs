@@ -16,6 +16,8 @@ async fn spawn_on(url: &str) -> (String, String) {
     s.http.port = 0;
     s.admin.port = 0;
     s.database.url = url.to_string();
+    // The test database's owner (tests/lab-e2e/tests/privileges.rs runs entity-service as its role).
+    s.database.allow_superuser = true;
     s.database.pool_size = 4;
     // Its own flag namespace: a game day running on this machine must not inject faults here.
     s.flags.namespace = format!("lab-test-{}", std::process::id());

@@ -235,6 +235,7 @@ impl Lab {
             s.http.port = 0;
             s.admin.port = 0;
             s.database.url = entity_db.clone();
+            s.database.allow_superuser = !opts.service_roles;
             s.database.pool_size = 4;
             s.flags = flag_settings.clone();
             entity_services.push(
@@ -313,6 +314,7 @@ impl Lab {
             s.http.port = 0;
             s.admin.port = 0;
             s.database.url = gateway_db.clone();
+            s.database.allow_superuser = !opts.service_roles;
             s.budget.request_ms = opts.gateway_budget_ms;
             s.http.drain_seconds = opts.gateway_budget_ms / 1000 + 1;
             s.auth.cache_ttl_ms = opts.auth_cache_ttl_ms;
@@ -391,6 +393,7 @@ impl Lab {
         let mut s = enrichment::Settings::defaults().unwrap();
         s.http.port = 0;
         s.admin.port = 0;
+        s.database.allow_superuser = !self.service_roles;
         s.database.url = if self.service_roles {
             service_role_url(&self.db.url, lab_db::ENRICHMENT_ROLE).await
         } else {

@@ -112,7 +112,7 @@ async fn error_table_every_orchestrator_row_reaches_the_user_through_the_gateway
     let mut s = edge_gateway::Settings::defaults().unwrap();
     s.http.port = 0;
     s.admin.port = 0;
-    s.database.url = db.url.clone();
+    s.database.url = lab_e2e::service_role_url(&db.url, lab_db::GATEWAY_ROLE).await;
     s.flags.namespace = format!("counts-{:016x}", rand::random::<u64>());
     s.flags.redis_url = testkit::redis_url().await;
     s.ratelimit.redis_url = s.flags.redis_url.clone();

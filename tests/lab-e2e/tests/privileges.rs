@@ -205,3 +205,75 @@ async fn an_inner_hop_trusts_the_tenant_in_the_body_so_isolation_rests_on_the_ne
         "the orchestrator answers whoever reaches it: isolation is the network's job"
     );
 }
+
+/// Whether `url`'s role is a PostgreSQL superuser.
+async fn is_superuser(url: &str) -> bool {
+    let mut c = lab_db::connect(url).await.expect("connect");
+    sqlx::query_scalar("SELECT current_setting('is_superuser') = 'on'")
+        .fetch_one(&mut c)
+        .await
+        .expect("is_superuser")
+}
+
+/// Start `service` on `url` (allowing a superuser or not): `Err` with its reason, or `Ok` once
+/// built (the application dropped at once).
+async fn start(service: &str, url: &str, allow_superuser: bool) -> Result<(), String> {
+    let redis = testkit::redis_url().await;
+    let built = match service {
+        "edge-gateway" => {
+            let mut s = edge_gateway::Settings::defaults().unwrap();
+            (s.http.port, s.admin.port) = (0, 0);
+            (s.database.url, s.database.allow_superuser) = (url.into(), allow_superuser);
+            (s.flags.redis_url, s.ratelimit.redis_url) = (redis.clone(), redis);
+            edge_gateway::Application::build(s).await.map(drop)
+        }
+        "entity-service" => {
+            let mut s = entity_service::Settings::defaults().unwrap();
+            (s.http.port, s.admin.port) = (0, 0);
+            (s.database.url, s.database.allow_superuser) = (url.into(), allow_superuser);
+            s.flags.redis_url = redis;
+            entity_service::Application::build(s).await.map(drop)
+        }
+        "enrichment" => {
+            let mut s = enrichment::Settings::defaults().unwrap();
+            (s.http.port, s.admin.port) = (0, 0);
+            (s.database.url, s.database.allow_superuser) = (url.into(), allow_superuser);
+            s.flags.redis_url = redis;
+            enrichment::Application::build(s).await.map(drop)
+        }
+        other => panic!("no service {other}"),
+    };
+    built.map_err(|e| format!("{e:#}"))
+}
+
+/// A service whose `database.url` names a superuser stops at start with the reason (issue 28): an
+/// internet-facing process holding a superuser's session is every table, every role's password
+/// hash and `COPY ... TO PROGRAM` away from whoever takes it over. On its own role it starts, and
+/// a test harness can still allow the owner explicitly.
+#[tokio::test]
+async fn every_service_refuses_to_start_as_a_superuser() {
+    let db = TestDb::new().await;
+    assert!(
+        is_superuser(&db.url).await,
+        "this test needs DATABASE_URL's role to be a superuser (the test database's owner is)"
+    );
+    for (service, role) in [
+        ("edge-gateway", lab_db::GATEWAY_ROLE),
+        ("entity-service", lab_db::ENTITY_SERVICE_ROLE),
+        ("enrichment", lab_db::ENRICHMENT_ROLE),
+    ] {
+        let refused = start(service, &db.url, false).await;
+        let why = refused.expect_err(&format!("{service} started as a superuser"));
+        assert!(
+            why.contains("a superuser") && why.contains(role),
+            "{service}'s refusal must say why and which role to use: {why}"
+        );
+        let own = service_role_url(&db.url, role).await;
+        start(service, &own, false)
+            .await
+            .unwrap_or_else(|e| panic!("{service} as {role} must start: {e}"));
+        start(service, &db.url, true)
+            .await
+            .unwrap_or_else(|e| panic!("{service} allowed the owner must start: {e}"));
+    }
+}
