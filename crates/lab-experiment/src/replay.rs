@@ -219,7 +219,7 @@ pub struct Summary {
 /// A fresh lab of `args.lab`'s shape (any lab still up is stopped first).
 pub(super) async fn fresh_lab(args: &ReplayArgs, g: &Globals) -> anyhow::Result<()> {
     lab_native::down(&g.state_dir).await?;
-    lab_native::up(&args.lab, &g.database_url, &g.state_dir).await
+    lab_native::up(&args.lab, &g.database_url, &g.redis_url, &g.state_dir).await
 }
 
 /// What a closed-loop probe measured over its last seconds: goodput per second, its mean and

@@ -31,6 +31,7 @@
 //! - [`store`]: reading and writing the Redis hash.
 //! - this file: [`Flags`], the watched snapshot.
 
+pub mod acl;
 pub mod defs;
 pub mod store;
 

@@ -153,7 +153,12 @@ pub(crate) const FLAGS_FILE_ENV: &str = "LAB_FLAGS__LAST_KNOWN_FILE";
 /// The processes of a lab of `args`' shape: every replica's binary, ports and environment, and
 /// the trace receiver the supervisor runs. Refuses a bad shape, `--trace-sample` or `--env`, and
 /// a bad policy, before anything starts.
-pub fn plan(args: &UpArgs, database_url: &str, state_dir: &Path) -> anyhow::Result<Plan> {
+pub fn plan(
+    args: &UpArgs,
+    database_url: &str,
+    redis: &RedisUrls,
+    state_dir: &Path,
+) -> anyhow::Result<Plan> {
     let bin_dir = bin_dir(args)?;
     check_args(args)?;
     // A policy is refused before anything starts, with the orchestrator's own words.
@@ -215,6 +220,7 @@ pub fn plan(args: &UpArgs, database_url: &str, state_dir: &Path) -> anyhow::Resu
         let file = absolute(&supervise::flags_file(state_dir, &p.name));
         p.env
             .insert(FLAGS_FILE_ENV.into(), file.to_string_lossy().into_owned());
+        redis.apply(p);
     }
     apply_env_overrides(&mut procs, &args.env)?;
     Ok(Plan {
@@ -384,6 +390,93 @@ impl ServiceDbs {
     }
 }
 
+/// The Redis URLs the services connect with: the gateway as its ACL user, every other service as
+/// the services' user (`lab_flags::acl`: rate-limit keys for the gateway, the flags read only
+/// for all). labctl itself keeps the URL it was given (`LAB_REDIS_URL`): it writes the flags.
+pub struct RedisUrls {
+    gateway: String,
+    service: String,
+}
+
+impl RedisUrls {
+    /// The URLs of `users` (made by [`lab_flags::acl::new_users`]) on the Redis at `redis_url`.
+    pub fn of(redis_url: &str, users: &[lab_flags::acl::User]) -> anyhow::Result<Self> {
+        let url_of = |role| -> anyhow::Result<String> {
+            let user = users
+                .iter()
+                .find(|u| u.role == role)
+                .with_context(|| format!("no Redis user for {role:?}"))?;
+            lab_flags::acl::url_as(redis_url, user)
+        };
+        Ok(RedisUrls {
+            gateway: url_of(lab_flags::acl::Role::Gateway)?,
+            service: url_of(lab_flags::acl::Role::Service)?,
+        })
+    }
+
+    fn apply(&self, p: &mut ProcSpec) {
+        if p.binary == "edge-gateway" {
+            p.env
+                .insert("LAB_FLAGS__REDIS_URL".into(), self.gateway.clone());
+            p.env
+                .insert("LAB_RATELIMIT__REDIS_URL".into(), self.gateway.clone());
+        } else {
+            p.env
+                .insert("LAB_FLAGS__REDIS_URL".into(), self.service.clone());
+        }
+    }
+}
+
+/// Where `labctl up` keeps the lab's Redis users and their passwords (readable by its owner
+/// only), for `labctl fault start redis` to create them again in a Redis that forgot them.
+pub fn redis_users_file(state_dir: &Path) -> PathBuf {
+    state_dir.join("run").join("redis-users.json")
+}
+
+/// Create the lab's Redis users (fresh passwords) in the Redis at `redis_url`, and keep them in
+/// [`redis_users_file`].
+async fn create_redis_users(
+    redis_url: &str,
+    state_dir: &Path,
+) -> anyhow::Result<Vec<lab_flags::acl::User>> {
+    let users = lab_flags::acl::new_users(lab_flags::store::DEFAULT_NAMESPACE);
+    lab_flags::acl::apply(redis_url, lab_flags::store::DEFAULT_NAMESPACE, &users)
+        .await
+        .context(
+            "creating the lab's Redis users (labctl's LAB_REDIS_URL must be allowed ACL SETUSER)",
+        )?;
+    let file = redis_users_file(state_dir);
+    std::fs::create_dir_all(file.parent().context("a state directory")?)?;
+    let tmp = file.with_extension("tmp");
+    {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)
+            .with_context(|| format!("writing {}", tmp.display()))?;
+        f.write_all(&serde_json::to_vec_pretty(&users)?)?;
+    }
+    std::fs::rename(&tmp, &file)?;
+    Ok(users)
+}
+
+/// The users [`create_redis_users`] kept, applied again to the Redis at `redis_url` (one that
+/// restarted without persistence has forgotten them). Nothing to do when no lab made any.
+pub async fn recreate_redis_users(redis_url: &str, state_dir: &Path) -> anyhow::Result<bool> {
+    let file = redis_users_file(state_dir);
+    let Ok(text) = std::fs::read(&file) else {
+        return Ok(false);
+    };
+    let users: Vec<lab_flags::acl::User> = serde_json::from_slice(&text)
+        .with_context(|| format!("{}: not what labctl up writes", file.display()))?;
+    lab_flags::acl::apply(redis_url, lab_flags::store::DEFAULT_NAMESPACE, &users).await?;
+    Ok(true)
+}
+
 /// `http://127.0.0.1:<port>` of every port, comma-separated.
 fn url_list(ports: impl IntoIterator<Item = u16>) -> String {
     ports.into_iter().map(url).collect::<Vec<_>>().join(",")
@@ -490,14 +583,26 @@ fn apply_env_overrides(procs: &mut [ProcSpec], overrides: &[String]) -> anyhow::
 
 /// `labctl up`: check that the lab can start, prepare the database and Kafka, start the
 /// supervisor and wait until every replica (and the enrichment group) is ready.
-pub async fn up(args: &UpArgs, database_url: &str, state_dir: &Path) -> anyhow::Result<()> {
+pub async fn up(
+    args: &UpArgs,
+    database_url: &str,
+    redis_url: &str,
+    state_dir: &Path,
+) -> anyhow::Result<()> {
     refuse_if_up(state_dir)?;
     let (args, fresh_group) = with_enrichment_group(args)?;
     let args = &args;
     // The services' roles come with the migrations: a database prepared by an older checkout
     // gets them here, before any service connects as one.
     lab_db::migrate(database_url).await?;
-    let plan = plan(args, database_url, state_dir)?;
+    // Each service on its own Redis user, made before any service starts.
+    let users = create_redis_users(redis_url, state_dir).await?;
+    let plan = plan(
+        args,
+        database_url,
+        &RedisUrls::of(redis_url, &users)?,
+        state_dir,
+    )?;
     preflight(&plan)?;
     // A new lab starts from the flag store, not from what the last lab's replicas knew.
     for p in &plan.procs {
@@ -919,9 +1024,22 @@ mod tests {
 
     fn plan_of(args: &[&str]) -> anyhow::Result<Plan> {
         let cli = Cli::try_parse_from(std::iter::once("up").chain(args.iter().copied()))?;
+        let users = [
+            lab_flags::acl::User {
+                role: lab_flags::acl::Role::Gateway,
+                name: "lab-gateway".into(),
+                password: "g".into(),
+            },
+            lab_flags::acl::User {
+                role: lab_flags::acl::Role::Service,
+                name: "lab-service".into(),
+                password: "s".into(),
+            },
+        ];
         plan(
             &cli.up,
             "postgres://postgres@127.0.0.1:5432/retry_storm_lab",
+            &RedisUrls::of("redis://127.0.0.1:6379", &users)?,
             Path::new("/tmp/lab-test-state"),
         )
     }
@@ -959,6 +1077,36 @@ mod tests {
             );
             // Each service refuses a superuser's connection unless told otherwise.
             assert_eq!(env(&p, name, "LAB_DATABASE__ALLOW_SUPERUSER"), None);
+        }
+        // Redis: the gateway as its ACL user (flags and rate limiter), the others as theirs.
+        for (name, var, url) in [
+            (
+                "edge-gateway-1",
+                "LAB_FLAGS__REDIS_URL",
+                "redis://lab-gateway:g@127.0.0.1:6379",
+            ),
+            (
+                "edge-gateway-1",
+                "LAB_RATELIMIT__REDIS_URL",
+                "redis://lab-gateway:g@127.0.0.1:6379",
+            ),
+            (
+                "orchestrator-2",
+                "LAB_FLAGS__REDIS_URL",
+                "redis://lab-service:s@127.0.0.1:6379",
+            ),
+            (
+                "entity-service-1",
+                "LAB_FLAGS__REDIS_URL",
+                "redis://lab-service:s@127.0.0.1:6379",
+            ),
+            (
+                "enrichment-1",
+                "LAB_FLAGS__REDIS_URL",
+                "redis://lab-service:s@127.0.0.1:6379",
+            ),
+        ] {
+            assert_eq!(env(&p, name, var), Some(url), "{name} {var}");
         }
         assert_eq!(env(&p, "orchestrator-1", "LAB_DATABASE__URL"), None);
         let owner = plan_of(&["--no-service-roles", "--bin-dir", "/tmp"]).unwrap();

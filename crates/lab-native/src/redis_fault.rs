@@ -142,6 +142,8 @@ pub async fn start(redis_url: &str, state_dir: &Path, log: &Log) -> anyhow::Resu
     if answers(&host, port) {
         log.line(format!("Redis {host}:{port} answers: nothing to start"));
         let _ = std::fs::remove_file(&file);
+        // Restarted by someone else, it may have forgotten the lab's users (idempotent).
+        crate::fleet::recreate_redis_users(redis_url, state_dir).await?;
         return Ok(());
     }
     let text = std::fs::read(&file).with_context(|| {
@@ -187,6 +189,10 @@ pub async fn start(redis_url: &str, state_dir: &Path, log: &Log) -> anyhow::Resu
         "  Redis answers again after {:.2} s (empty)",
         t.elapsed().as_secs_f64()
     ));
+    // An empty Redis has forgotten the lab's users too: the services could not log in again.
+    if crate::fleet::recreate_redis_users(redis_url, state_dir).await? {
+        log.line("  the lab's Redis users created again");
+    }
     Ok(())
 }
 

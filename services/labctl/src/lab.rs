@@ -34,7 +34,9 @@ pub async fn run(cmd: LabCommand, g: &Globals) -> anyhow::Result<()> {
     let log = Log::stdout();
     let lab = NativeLab::new(&g.state_dir, log.clone());
     match cmd {
-        LabCommand::Up(args) => lab_native::up(&args, &g.database_url, &g.state_dir).await,
+        LabCommand::Up(args) => {
+            lab_native::up(&args, &g.database_url, &g.redis_url, &g.state_dir).await
+        }
         LabCommand::Down => lab_native::down(&g.state_dir).await,
         LabCommand::Status { json } => lab_native::status(&g.state_dir, json).await,
         LabCommand::Ops(words) => words.action()?.run(&lab, g.experiment().deps(), &log).await,

@@ -40,6 +40,10 @@ pub struct LabOptions {
     /// Each service connects as its own least-privilege role (lab_gateway, lab_entity_service,
     /// lab_enrichment), as in a cluster; `false`: as the test database's owner.
     pub service_roles: bool,
+    /// Each service connects to Redis as its own ACL user (`lab_flags::acl`: the gateway its
+    /// rate-limit keys and the flags read only, the others the flags read only), as in compose
+    /// and kind; `false`: as the machine's default user.
+    pub redis_users: bool,
 }
 
 /// Where the orchestrators publish: brokers, a (per-test) topic, and how many events may wait.
@@ -92,6 +96,7 @@ impl Default for LabOptions {
             cache_warmup_entries: 0,
             orchestrator_config_file: None,
             service_roles: true,
+            redis_users: true,
         }
     }
 }
@@ -172,12 +177,16 @@ impl Drop for Lab {
     fn drop(&mut self) {
         // Best effort: leave nothing behind in Redis.
         let store = self.flags.clone();
+        let users: Vec<String> = self.redis_users.iter().map(|u| u.name.clone()).collect();
         let _ = std::thread::spawn(move || {
             if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
             {
                 let _ = rt.block_on(store.forget());
+                let _ = rt.block_on(async {
+                    lab_flags::acl::delete(&testkit::redis_url().await, &users).await
+                });
             }
         })
         .join();
@@ -192,6 +201,10 @@ impl Drop for Running {
 
 pub struct Lab {
     service_roles: bool,
+    /// This lab's Redis ACL users ([`LabOptions::redis_users`]), deleted when it is dropped.
+    redis_users: Vec<lab_flags::acl::User>,
+    /// The flag store's URL as a service's user (the machine's default user without users).
+    service_redis_url: String,
     /// Where the orchestrators publish, if they do ([`LabOptions::kafka`]).
     pub kafka: Option<KafkaTarget>,
     /// The consumer group of this lab's enrichment workers ([`Lab::enrichment_worker`]).
@@ -210,8 +223,27 @@ impl Lab {
     /// Start the lab over `db` (already holding whatever fixtures the test needs).
     pub async fn start(db: TestDb, opts: LabOptions) -> Lab {
         let redis_url = testkit::redis_url().await;
+        let ns = &opts.flags_namespace;
+        let redis_users = if opts.redis_users {
+            let users = lab_flags::acl::new_users(ns);
+            lab_flags::acl::apply(&redis_url, ns, &users)
+                .await
+                .expect("creating the lab's Redis users");
+            users
+        } else {
+            Vec::new()
+        };
+        let redis_as = |role: lab_flags::acl::Role, url: &str| match redis_users
+            .iter()
+            .find(|u| u.role == role)
+        {
+            Some(u) => lab_flags::acl::url_as(url, u).expect("a Redis URL with a user"),
+            None => url.to_string(),
+        };
+        let service_redis_url = redis_as(lab_flags::acl::Role::Service, &redis_url);
+        let gateway_redis_url = redis_as(lab_flags::acl::Role::Gateway, &redis_url);
         let flag_settings = lab_flags::FlagSettings {
-            redis_url: redis_url.clone(),
+            redis_url: service_redis_url.clone(),
             namespace: opts.flags_namespace.clone(),
             last_known_file: None,
         };
@@ -321,11 +353,14 @@ impl Lab {
             s.limits.max_body_bytes = opts.max_body_bytes;
             // The tests find their requests' traces by the traceparent they send.
             s.edge.trust_traceparent = opts.gateway_trusts_traceparent;
-            s.flags = flag_settings.clone();
-            s.ratelimit.redis_url = opts
-                .ratelimit_redis_url
-                .clone()
-                .unwrap_or_else(|| redis_url.clone());
+            s.flags = lab_flags::FlagSettings {
+                redis_url: gateway_redis_url.clone(),
+                ..flag_settings.clone()
+            };
+            s.ratelimit.redis_url = redis_as(
+                lab_flags::acl::Role::Gateway,
+                opts.ratelimit_redis_url.as_deref().unwrap_or(&redis_url),
+            );
             s.ratelimit.namespace = opts.flags_namespace.clone();
             s.upstream.orchestrators = orchestrator_urls.clone();
             s.upstream.orchestrators_admin = orchestrator_admins.clone();
@@ -353,6 +388,8 @@ impl Lab {
         let extra_gateways = gateways;
         Lab {
             service_roles: opts.service_roles,
+            redis_users,
+            service_redis_url,
             kafka: opts.kafka.clone(),
             enrichment_group: testkit::unique_name("enrichment-workers"),
             flags_namespace: opts.flags_namespace.clone(),
@@ -403,7 +440,7 @@ impl Lab {
         s.kafka.topic = k.topic;
         s.kafka.group_id = self.enrichment_group.clone();
         s.kafka.lag_interval_ms = 200;
-        s.flags.redis_url = testkit::redis_url().await;
+        s.flags.redis_url = self.service_redis_url.clone();
         s.flags.namespace = self.flags_namespace.clone();
         Running::start("enrichment", move || async move {
             let app = enrichment::Application::build(s).await?;
@@ -414,6 +451,21 @@ impl Lab {
             ))
         })
         .await
+    }
+
+    /// This lab's flag namespace (`<namespace>:flags` in Redis).
+    pub fn flags_namespace(&self) -> &str {
+        &self.flags_namespace
+    }
+
+    /// The lab's Redis URL as `role`'s ACL user ([`LabOptions::redis_users`]).
+    pub async fn redis_url_as(&self, role: lab_flags::acl::Role) -> String {
+        let user = self
+            .redis_users
+            .iter()
+            .find(|u| u.role == role)
+            .expect("a lab with Redis users (LabOptions::redis_users)");
+        lab_flags::acl::url_as(&testkit::redis_url().await, user).unwrap()
     }
 
     /// Set a runtime flag and wait (bounded) until every service applies it.

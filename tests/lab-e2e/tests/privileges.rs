@@ -277,3 +277,51 @@ async fn every_service_refuses_to_start_as_a_superuser() {
             .unwrap_or_else(|e| panic!("{service} allowed the owner must start: {e}"));
     }
 }
+
+/// Every service on its own Redis ACL user (issue 28): the path works, the gateway's rate limiter
+/// decides in Redis (not on its local fallback, which a refused script would silently fall back
+/// to), a flag set by the operator reaches every service, and the gateway's user, the one an
+/// attacker on the public port would hold, is refused writing a flag.
+#[tokio::test]
+async fn every_service_runs_on_its_own_redis_user_and_the_gateways_cannot_write_a_flag() {
+    let db = TestDb::new().await;
+    let a = fixtures::tenant_with_key(&db.url, 1).await;
+    fixtures::entities(&db.url, &[(10, 1, "organization", "Vega Labs", 100)]).await;
+    let opts = LabOptions::default();
+    assert!(opts.redis_users, "labs run on their Redis users by default");
+    let lab = Lab::start(db, opts).await;
+    for i in 0..3 {
+        let resp = lab
+            .extract(
+                &a.api_key,
+                json!({"doc_id": format!("d{i}"), "text": "Vega Labs."}),
+            )
+            .await;
+        assert_eq!(resp.status(), 200);
+    }
+    let admin = &lab.gateway.admin;
+    let decided = |d: &'static str| async move {
+        let filter = format!("decision=\"{d}\"");
+        Lab::metric(admin, "gateway_ratelimit_decisions_total", &filter).await
+    };
+    assert_eq!(decided("allowed").await, 3.0, "Redis decided every request");
+    assert_eq!(decided("local_allowed").await, 0.0);
+    // The operator's write reaches every replica, which read it as their users (bounded wait).
+    lab.set_flag("client.mode", "legacy").await;
+
+    let gateway = lab.redis_url_as(lab_flags::acl::Role::Gateway).await;
+    let client = redis::Client::open(gateway.as_str()).unwrap();
+    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    let flags_key = format!("{}:flags", lab.flags_namespace());
+    let refused: redis::RedisResult<()> = redis::cmd("HSET")
+        .arg(&flags_key)
+        .arg("fault.entity.black_hole")
+        .arg("on")
+        .query_async(&mut c)
+        .await;
+    assert_eq!(
+        refused.map_err(|e| e.code().map(str::to_owned)),
+        Err(Some("NOPERM".to_string())),
+        "the gateway's Redis user wrote a flag"
+    );
+}

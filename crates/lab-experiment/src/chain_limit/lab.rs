@@ -82,7 +82,7 @@ impl LabUnderTest {
         let store = lab_flags::Store::new(&g.redis_url)?;
         store.reset().await?;
         store.set("client.mode", "resilient").await?;
-        lab_native::up(lab, &g.database_url, &g.state_dir).await?;
+        lab_native::up(lab, &g.database_url, &g.redis_url, &g.state_dir).await?;
         let (mut targets, state) = crate::engine::native_targets(&g.state_dir)?;
         targets.retain(|t| t.service != crate::scrape::SUPERVISOR);
         let who = Who {
