@@ -7,6 +7,7 @@
 //! # Layout
 //! - [`admission`]: the fixed client's requests admitted to the pool only when they fit their
 //!   budget (the callee's half of the concurrency limit).
+//! - [`fair`]: the pool's connections shared between tenants in fair turn (budgeted requests).
 //! - [`configuration`]: settings and their defaults.
 //! - [`startup`]: `Application::build` / `port` / `run_until_stopped`.
 //! - [`resolve`]: `POST /v1/resolve` — exact match, then the locale-aware candidate lookup.
@@ -19,6 +20,7 @@
 pub mod admission;
 pub mod configuration;
 pub mod dbstats;
+pub mod fair;
 pub mod fault;
 pub mod resolve;
 pub mod score;

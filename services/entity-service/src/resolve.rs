@@ -104,6 +104,8 @@ impl CostEstimate {
 #[derive(Clone)]
 pub struct AppState {
     pub cost: std::sync::Arc<CostEstimate>,
+    /// Budgeted requests' turn at the pool, fair between tenants (LAB-FIX(tenant-share)).
+    pub gate: std::sync::Arc<crate::fair::FairGate>,
     pub flags: std::sync::Arc<lab_flags::Flags>,
     pub pool: Pool,
     pub metrics: ServiceMetrics,
@@ -141,6 +143,8 @@ pub async fn resolve(
         .map(|ms| arrived + Duration::from_millis(ms));
 
     let acquire = Instant::now();
+    // A budgeted request's turn at the pool, held until its query is done.
+    let mut _turn = None;
     // Its own span: under the incident's load the wait for a pooled connection, not the query,
     // is where the time went.
     let mut client = match deadline {
@@ -153,8 +157,20 @@ pub async fn resolve(
         Some(deadline) => {
             // LAB-FIX(pool-exhaustion): admitted only if the wait and the query fit (admission).
             let left = deadline.saturating_duration_since(acquire);
-            let wait = crate::admission::admit(left, st.cost.get(), st.pool.status().into())
+            // Ahead of it: the pool's own queue and the requests waiting for their turn.
+            let mut pool: crate::admission::PoolState = st.pool.status().into();
+            pool.waiting += st.gate.waiting();
+            let wait = crate::admission::admit(left, st.cost.get(), pool)
                 .map_err(|why| refused(&st, why, left))?;
+            let until = Instant::now() + wait;
+            // LAB-FIX(tenant-share): its tenant's turn first, within the same wait bound.
+            _turn = Some(
+                tokio::time::timeout(wait, st.gate.acquire(req.tenant))
+                    .instrument(tracing::info_span!("db.turn"))
+                    .await
+                    .map_err(|_| refused(&st, Refusal::Queue, left))?,
+            );
+            let wait = until.saturating_duration_since(Instant::now());
             acquire_within(&st, wait, left)
                 .instrument(tracing::info_span!("db.pool.acquire"))
                 .await

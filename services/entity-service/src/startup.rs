@@ -52,7 +52,9 @@ impl Application {
         )?;
         lab_db::refuse_superuser_at_start(&pool).await?;
         let metrics = Metrics::new();
-        let svc = ServiceMetrics::new(&metrics, pool.clone());
+        // As many turns as the pool has connections: a turn is a connection to come.
+        let gate = crate::fair::FairGate::new(settings.database.pool_size);
+        let svc = ServiceMetrics::new(&metrics, pool.clone(), gate.clone());
         // The hot statement's plan and the staleness of entities, refreshed every few seconds on
         // a connection outside the pool (../shared/design/stale-stats-trigger.md).
         crate::dbstats::spawn(&metrics, settings.database.url.clone(), application_name);
@@ -61,6 +63,7 @@ impl Application {
         flags.gate(&health);
         let state = AppState {
             cost: Default::default(),
+            gate,
             flags,
             pool,
             metrics: svc.clone(),

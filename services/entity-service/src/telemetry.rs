@@ -5,9 +5,12 @@
 //! user's request had already ended at the gateway, read from the observation-only header
 //! [`lab_api::headers::OBSERVE_USER_DEADLINE`] — so it is measurable in legacy mode too.
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use deadpool_postgres::Pool;
+
+use crate::fair::FairGate;
 use lab_core::metrics::{HttpMetrics, Metrics, CALLEE_BUCKETS};
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
@@ -35,8 +38,9 @@ pub struct ServiceMetrics {
 }
 
 impl ServiceMetrics {
-    pub fn new(metrics: &Metrics, pool: Pool) -> Self {
-        metrics.register(PoolCollector::new(pool));
+    /// `gate`: the budgeted requests' turns at `pool` (their waiters count as waiting).
+    pub fn new(metrics: &Metrics, pool: Pool, gate: Arc<FairGate>) -> Self {
+        metrics.register(PoolCollector::new(pool, gate));
         let busy_seconds = metrics.register(
             Counter::new(
                 "entity_service_busy_seconds_total",
@@ -134,15 +138,17 @@ impl Drop for WorkGuard {
 #[derive(Clone)]
 struct PoolCollector {
     pool: Pool,
+    gate: Arc<FairGate>,
     connections: IntGaugeVec,
     waiting: IntGauge,
     max: IntGauge,
 }
 
 impl PoolCollector {
-    fn new(pool: Pool) -> Self {
+    fn new(pool: Pool, gate: Arc<FairGate>) -> Self {
         Self {
             pool,
+            gate,
             connections: IntGaugeVec::new(
                 Opts::new(
                     "entity_db_pool_connections",
@@ -153,7 +159,7 @@ impl PoolCollector {
             .expect("valid metric"),
             waiting: IntGauge::new(
                 "entity_db_pool_waiting",
-                "Requests waiting for a free PostgreSQL connection",
+                "Requests waiting for a free PostgreSQL connection: in the pool's own queue, or for their tenant's turn at it (budgeted requests)",
             )
             .expect("valid metric"),
             max: IntGauge::new(
@@ -179,7 +185,7 @@ impl Collector for PoolCollector {
         self.connections
             .with_label_values(&["in_use"])
             .set(s.size as i64 - idle);
-        self.waiting.set(s.waiting as i64);
+        self.waiting.set((s.waiting + self.gate.waiting()) as i64);
         self.max.set(s.max_size as i64);
         let mut out = self.connections.collect();
         out.extend(self.waiting.collect());

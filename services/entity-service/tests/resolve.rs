@@ -12,13 +12,18 @@ async fn spawn(db: &TestDb) -> (String, String) {
 
 /// The same, on the database at `url`.
 async fn spawn_on(url: &str) -> (String, String) {
+    spawn_with_pool(url, 4).await
+}
+
+/// The same, with a pool of `pool_size` connections.
+async fn spawn_with_pool(url: &str, pool_size: usize) -> (String, String) {
     let mut s = Settings::defaults().unwrap();
     s.http.port = 0;
     s.admin.port = 0;
     s.database.url = url.to_string();
     // The test database's owner (tests/lab-e2e/tests/privileges.rs runs entity-service as its role).
     s.database.allow_superuser = true;
-    s.database.pool_size = 4;
+    s.database.pool_size = pool_size;
     // Its own flag namespace: a game day running on this machine must not inject faults here.
     s.flags.namespace = format!("lab-test-{}", std::process::id());
     s.flags.redis_url = testkit::redis_url().await;
@@ -577,4 +582,52 @@ async fn every_request_is_counted_per_100_ms_on_the_admin_listener_only() {
         .await
         .unwrap();
     assert_eq!(public.status(), 404, "not on the public port");
+}
+
+/// LAB-FIX(tenant-share) on a real pool (issue 28): one connection, held by tenant 1's request
+/// while the table is locked; tenant 1 queues four more budgeted requests, then tenant 2 one.
+/// Once the lock goes, tenant 2 is answered second, in turn, not after tenant 1's whole queue
+/// (first come first served answers it last). Every request is served: nothing is refused.
+#[tokio::test]
+async fn a_tenant_queued_behind_another_tenants_flood_is_served_in_turn_not_last() {
+    use sqlx::{Connection, Executor};
+    let db = TestDb::new().await;
+    seed(&db).await;
+    let (base, admin) = spawn_with_pool(&db.url, 1).await;
+    let mut locker = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    locker.execute("BEGIN").await.unwrap();
+    locker
+        .execute("LOCK TABLE entities IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut sent = Vec::new();
+    for (i, tenant) in [1, 1, 1, 1, 1, 2].into_iter().enumerate() {
+        let (base, order) = (base.clone(), order.clone());
+        let req = ResolveRequest {
+            tenant,
+            ..vega_labs()
+        };
+        sent.push(tokio::spawn(async move {
+            let status = resolve_budgeted(&base, &req, 9_000).await.status();
+            order.lock().unwrap().push(tenant);
+            status
+        }));
+        // Each queued before the next is sent: the first holds the connection, the others wait.
+        let want = i as f64;
+        for _ in 0..200 {
+            if scrape(&admin, "entity_db_pool_waiting", "").await >= want
+                && scrape(&admin, "entity_db_pool_connections", "state=\"in_use\"").await >= 1.0
+            {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert_eq!(scrape(&admin, "entity_db_pool_waiting", "").await, want);
+    }
+    locker.execute("ROLLBACK").await.unwrap();
+    for h in sent {
+        assert_eq!(h.await.unwrap(), 200, "served, not refused");
+    }
+    assert_eq!(*order.lock().unwrap(), [1, 2, 1, 1, 1, 1]);
 }

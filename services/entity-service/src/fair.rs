@@ -1,0 +1,327 @@
+//! LAB-FIX(tenant-share), issue 28: this replica's PostgreSQL connections shared fairly between
+//! tenants.
+//!
+//! The pool hands a freed connection to whoever has waited longest, so a tenant that sends many
+//! requests at once — a huge document's batches, a client retrying — fills the queue and every
+//! other tenant waits behind all of it. In front of the pool, budgeted requests (the fixed
+//! client's) pass this gate, which holds as many permits as the pool has connections. While a
+//! permit is free anyone takes it: a tenant alone may use the whole pool, and nothing is refused
+//! here. When one frees up and requests are waiting, it goes to the **waiting tenant served
+//! least recently** — round robin between the tenants with work queued, the oldest request of
+//! each first (fair queueing, as a scheduler shares a CPU between processes, or Envoy and
+//! gRPC servers share a connection's streams). A flooding tenant then gets one connection in
+//! turn with every other tenant waiting, whatever the depth of its own queue; its excess waits
+//! out its own budget and is refused by the admission as before (`db_pool_exhausted`,
+//! retryable). Tenants that never meet are never reordered.
+//!
+//! Requests without a budget (the legacy client) do not pass the gate: they wait in the pool's
+//! own queue, first come first served, as in the incident.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::oneshot;
+
+/// The gate; one per replica, sized to its pool.
+pub struct FairGate {
+    state: Mutex<State>,
+}
+
+struct State {
+    /// Permits nobody holds.
+    free: usize,
+    /// Requests waiting, over every tenant.
+    waiting: usize,
+    /// A counter that grows with every permit handed out: "when" a tenant was served.
+    clock: u64,
+    /// Tenants holding a permit or waiting for one (forgotten when they do neither).
+    tenants: HashMap<i64, Tenant>,
+}
+
+#[derive(Default)]
+struct Tenant {
+    held: usize,
+    last_served: u64,
+    waiters: VecDeque<oneshot::Sender<Permit>>,
+}
+
+/// One of the gate's permits, held while the request holds or awaits its connection and runs
+/// its query; dropping it hands it on.
+pub struct Permit {
+    gate: Arc<FairGate>,
+    tenant: i64,
+}
+
+impl FairGate {
+    /// A gate of `permits` (the pool's size, at least 1).
+    pub fn new(permits: usize) -> Arc<Self> {
+        Arc::new(Self {
+            state: Mutex::new(State {
+                free: permits.max(1),
+                waiting: 0,
+                clock: 0,
+                tenants: HashMap::new(),
+            }),
+        })
+    }
+
+    /// Requests waiting at the gate now (the admission counts them as ahead in the queue).
+    pub fn waiting(&self) -> usize {
+        self.state.lock().unwrap().waiting
+    }
+
+    /// A permit for one request of `tenant`: at once when one is free and nobody waits, else
+    /// in fair turn. Cancel-safe: a request dropped while waiting (its budget spent, its caller
+    /// gone) leaves its place, and a permit already sent to it is handed on.
+    pub async fn acquire(self: &Arc<Self>, tenant: i64) -> Permit {
+        let rx = {
+            let mut s = self.state.lock().unwrap();
+            // Free permits and waiters never coexist: a freed permit goes to a waiter first.
+            if s.free > 0 {
+                s.free -= 1;
+                s.serve(tenant);
+                return Permit {
+                    gate: self.clone(),
+                    tenant,
+                };
+            }
+            let (tx, rx) = oneshot::channel();
+            s.tenants.entry(tenant).or_default().waiters.push_back(tx);
+            s.waiting += 1;
+            rx
+        };
+        let mut rx = Waiting {
+            rx: Some(rx),
+            gate: self.clone(),
+        };
+        rx.wait().await
+    }
+
+    fn release(self: &Arc<Self>, tenant: i64) {
+        let mut s = self.state.lock().unwrap();
+        if let Some(t) = s.tenants.get_mut(&tenant) {
+            t.held -= 1;
+        }
+        s.forget_if_idle(tenant);
+        // Hand the permit to the waiting tenant served least recently; a waiter that has gone
+        // (its receiver dropped) is skipped.
+        while let Some(next) = s.least_recently_served() {
+            let tx = {
+                let t = s.tenants.get_mut(&next).expect("a waiting tenant");
+                t.waiters.pop_front().expect("a waiter")
+            };
+            s.waiting -= 1;
+            s.serve(next);
+            let permit = Permit {
+                gate: self.clone(),
+                tenant: next,
+            };
+            match tx.send(permit) {
+                Ok(()) => return,
+                Err(unsent) => {
+                    // Gone before its turn: undo without re-entering release (the lock is held).
+                    std::mem::forget(unsent);
+                    if let Some(t) = s.tenants.get_mut(&next) {
+                        t.held -= 1;
+                    }
+                    s.forget_if_idle(next);
+                }
+            }
+        }
+        s.free += 1;
+    }
+}
+
+impl State {
+    fn serve(&mut self, tenant: i64) {
+        self.clock += 1;
+        let clock = self.clock;
+        let t = self.tenants.entry(tenant).or_default();
+        t.held += 1;
+        t.last_served = clock;
+    }
+
+    fn least_recently_served(&self) -> Option<i64> {
+        self.tenants
+            .iter()
+            .filter(|(_, t)| !t.waiters.is_empty())
+            .min_by_key(|(_, t)| t.last_served)
+            .map(|(id, _)| *id)
+    }
+
+    fn forget_if_idle(&mut self, tenant: i64) {
+        if self
+            .tenants
+            .get(&tenant)
+            .is_some_and(|t| t.held == 0 && t.waiters.is_empty())
+        {
+            self.tenants.remove(&tenant);
+        }
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        self.gate.release(self.tenant);
+    }
+}
+
+/// A request's place in its tenant's queue; dropped before its turn, it gives the place up.
+struct Waiting {
+    rx: Option<oneshot::Receiver<Permit>>,
+    gate: Arc<FairGate>,
+}
+
+impl Waiting {
+    async fn wait(&mut self) -> Permit {
+        let rx = self.rx.as_mut().expect("waited once");
+        let permit = rx
+            .await
+            .expect("the gate never drops a waiter's sender unsent");
+        self.rx = None;
+        permit
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        let Some(mut rx) = self.rx.take() else {
+            return;
+        };
+        rx.close();
+        match rx.try_recv() {
+            // Sent just before we left: hand it on (the permit's drop does).
+            Ok(permit) => drop(permit),
+            // Still queued: leave the queue. Every closed place found is counted out here (a
+            // request dropped at the same moment then finds its own already gone).
+            Err(_) => {
+                let mut s = self.gate.state.lock().unwrap();
+                let mut left = Vec::new();
+                for (id, t) in s.tenants.iter_mut() {
+                    let before = t.waiters.len();
+                    t.waiters.retain(|tx| !tx.is_closed());
+                    if t.waiters.len() < before {
+                        left.push((*id, before - t.waiters.len()));
+                    }
+                }
+                for (id, n) in left {
+                    s.waiting -= n;
+                    s.forget_if_idle(id);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// Whether the task `h` has finished once the runtime ran everything else it could.
+    async fn ready<T>(h: &tokio::task::JoinHandle<T>) -> bool {
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        h.is_finished()
+    }
+
+    #[tokio::test]
+    async fn a_tenant_alone_takes_every_permit_without_waiting() {
+        let gate = FairGate::new(3);
+        let mut held = Vec::new();
+        for _ in 0..3 {
+            held.push(gate.acquire(1).await);
+        }
+        assert_eq!(held.len(), 3);
+        assert_eq!(gate.waiting(), 0);
+    }
+
+    /// One permit, tenant 1 holding it with four more queued, then tenant 2 queues one: tenant
+    /// 2 is served next, not after tenant 1's whole queue (first come first served would serve
+    /// it fifth).
+    #[tokio::test]
+    async fn a_freed_permit_goes_to_the_waiting_tenant_served_least_recently() {
+        let gate = FairGate::new(1);
+        let first = gate.acquire(1).await;
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mut handles = Vec::new();
+        for tenant in [1, 1, 1, 1, 2] {
+            let (g, order) = (gate.clone(), order.clone());
+            let h = tokio::spawn(async move {
+                let p = g.acquire(tenant).await;
+                order.lock().unwrap().push(tenant);
+                tokio::task::yield_now().await;
+                drop(p);
+            });
+            // Queued in this order.
+            while gate.waiting() < handles.len() + 1 {
+                tokio::task::yield_now().await;
+            }
+            handles.push(h);
+        }
+        drop(first);
+        for h in handles {
+            h.await.unwrap();
+        }
+        assert_eq!(*order.lock().unwrap(), [2, 1, 1, 1, 1]);
+        assert_eq!(gate.waiting(), 0);
+        assert!(
+            gate.state.lock().unwrap().tenants.is_empty(),
+            "nothing left behind"
+        );
+    }
+
+    /// Two tenants both backlogged share in turn.
+    #[tokio::test]
+    async fn backlogged_tenants_alternate() {
+        let gate = FairGate::new(1);
+        let first = gate.acquire(1).await;
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mut handles = Vec::new();
+        for tenant in [1, 1, 1, 2, 2, 2] {
+            let (g, order) = (gate.clone(), order.clone());
+            handles.push(tokio::spawn(async move {
+                let p = g.acquire(tenant).await;
+                order.lock().unwrap().push(tenant);
+                drop(p);
+            }));
+            while gate.waiting() < handles.len() {
+                tokio::task::yield_now().await;
+            }
+        }
+        drop(first);
+        for h in handles {
+            h.await.unwrap();
+        }
+        assert_eq!(*order.lock().unwrap(), [2, 1, 2, 1, 2, 1]);
+    }
+
+    /// A waiter whose budget ends leaves the queue, and the permit goes to the next one.
+    #[tokio::test]
+    async fn a_waiter_that_gives_up_leaves_its_place() {
+        let gate = FairGate::new(1);
+        let first = gate.acquire(1).await;
+        let quitter = {
+            let gate = gate.clone();
+            tokio::spawn(async move {
+                tokio::time::timeout(Duration::from_millis(10), gate.acquire(2))
+                    .await
+                    .is_ok()
+            })
+        };
+        let patient = {
+            let gate = gate.clone();
+            tokio::spawn(async move { gate.acquire(3).await })
+        };
+        assert!(!quitter.await.unwrap(), "timed out waiting");
+        assert_eq!(gate.waiting(), 1, "only the patient one waits");
+        assert!(!ready(&patient).await);
+        drop(first);
+        let p = patient.await.unwrap();
+        drop(p);
+        let s = gate.state.lock().unwrap();
+        assert_eq!((s.free, s.waiting), (1, 0));
+        assert!(s.tenants.is_empty());
+    }
+}
