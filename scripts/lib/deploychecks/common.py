@@ -64,6 +64,38 @@ ROLE_SQL = "k8s/overlays/kind/postgres/role-passwords.sql"
 SECRET = "lab-database"
 
 
+# ------------------------------------------------------------------ Redis ACL users (issue 28)
+# One user per role; lab_flags::acl (crates/lab-flags/src/acl.rs) writes the rules, and
+# crates/lab-flags/tests/deploy_acl.rs keeps the rule words of compose and kind equal to them.
+# Checked here: who logs in as whom, and where each password comes from.
+REDIS_SECRET = "lab-redis"
+REDIS_OPERATOR = "lab-operator"
+REDIS_USER = {"edge-gateway": "lab-gateway", "orchestrator": "lab-service", "entity-service": "lab-service",
+              "enrichment": "lab-service"}
+REDIS_USERS = {REDIS_OPERATOR} | set(REDIS_USER.values())
+# The Redis URLs a service reads (the gateway's rate limiter has its own).
+REDIS_URL_VARS = ("LAB_FLAGS__REDIS_URL", "LAB_RATELIMIT__REDIS_URL")
+
+
+def redis_users(args):
+    """redis-server's arguments -> ({user: the words after its name}, [users named twice]): one
+    `--user NAME WORD...` directive each, ended by the next word starting with `--`."""
+    args = [str(a) for a in args]
+    users, dupes, i = {}, [], 0
+    while i < len(args):
+        if args[i] == "--user" and i + 1 < len(args):
+            j = i + 2
+            while j < len(args) and not args[j].startswith("--"):
+                j += 1
+            if args[i + 1] in users:
+                dupes.append(args[i + 1])
+            users[args[i + 1]] = args[i + 2:j]
+            i = j
+        else:
+            i += 1
+    return users, dupes
+
+
 def split_url(url):
     from urllib.parse import urlsplit
     u = urlsplit(url)

@@ -1,5 +1,6 @@
 """Section 11, compose's side: admin ports unpublished, published ports on 127.0.0.1, one database
-role per service with consistent passwords, Prometheus targets on the admin ports."""
+role per service with consistent passwords, one Redis user per role (no default user), Prometheus
+targets on the admin ports."""
 import glob
 import json
 import os
@@ -11,12 +12,17 @@ from .common import (
     ADMIN_PORT,
     COMPOSE_TARGETS,
     DB_ROLE,
+    REDIS_OPERATOR,
+    REDIS_URL_VARS,
+    REDIS_USER,
+    REDIS_USERS,
     ROLE_ENV,
     ROLE_SQL,
     ROOT,
     binary_of_image,
     check_admin_list,
     fail,
+    redis_users,
     rel,
     split_url,
 )
@@ -32,6 +38,49 @@ NATIVE_ADMIN = {"edge-gateway": [9080], "orchestrator": [9101, 9102, 9103], "ent
 def interpolate(v):
     """compose's ${VAR:-default} with the defaults (the checked-in lab values, not this shell's)."""
     return re.sub(r"\$\{(\w+)(?::?-([^}]*))?\}", lambda m: m.group(2) or "", str(v))
+
+
+def check_compose_redis(svcs, envs):
+    """redis: no default user, each role's user with a password, a healthcheck that logs in; every
+    client logs in as its role's user with that password (the rule words: deploy_acl.rs)."""
+    where, redis = "docker-compose.yml services.redis", svcs.get("redis") or {}
+    if not isinstance(redis.get("command"), list):
+        fail(f"{where}: command must be a list (redis-server ... --user NAME WORD...)")
+        return
+    users, dupes = redis_users([interpolate(a) for a in redis["command"]])
+    if dupes:
+        fail(f"{where}: users named twice: {dupes}")
+    if users.get("default") != ["off"]:
+        fail(f"{where}: needs `--user default off` (no login without a user), got {users.get('default')}")
+    pw = {}
+    for u in sorted(REDIS_USERS):
+        words = users.get(u) or []
+        if len(words) < 2 or words[0] != "on" or len(words[1]) < 2 or not words[1].startswith(">"):
+            fail(f"{where}: needs `--user {u} on >PASSWORD RULES...`, got {words[:2]}")
+        else:
+            pw[u] = words[1][1:]
+    test = " ".join(map(str, (redis.get("healthcheck") or {}).get("test", [])))
+    hu = re.search(r"--user (\S+)", test)
+    if not hu or "PONG" not in test:
+        fail(f"{where}: the healthcheck must log in (--user) and look for PONG (redis-cli exits 0 on NOAUTH): {test!r}")
+    elif envs["redis"].get("REDISCLI_AUTH") != pw.get(hu.group(1)) and f"--pass {pw.get(hu.group(1))}" not in interpolate(test):
+        fail(f"{where}: the healthcheck's password (REDISCLI_AUTH) is not {hu.group(1)}'s")
+    n = 0
+    for name, svc in sorted(svcs.items()):
+        b, env = binary_of_image(svc.get("image", "")), envs[name]
+        want = {v: REDIS_USER[b] for v in REDIS_URL_VARS} if b in REDIS_USER else {"LAB_REDIS_URL": REDIS_OPERATOR} \
+            if b == "labctl" else {}
+        for var, user in want.items():
+            if var not in env:
+                continue
+            got, password, _, _ = split_url(env[var])
+            n += 1
+            if got != user:
+                fail(f"docker-compose.yml services.{name}: {var} logs in as {got!r}, want {user!r}")
+            elif password != pw.get(user):
+                fail(f"docker-compose.yml services.{name}: {var}'s password is not the one redis gives {user}")
+    print(f"  ok   compose Redis: default user off, users {sorted(REDIS_USERS)}, the healthcheck logs in; "
+          f"{n} URLs each as its role's user with its password")
 
 
 def check_compose():
@@ -92,6 +141,7 @@ def check_compose():
         if (svcs["db-role-passwords"].get("depends_on", {}).get("db-prepare") or {}).get("condition") != "service_completed_successfully" \
                 or svcs.get("db-prepare", {}).get("command") != ["db", "prepare"]:
             fail("docker-compose.yml: db-role-passwords must run after db-prepare (labctl db prepare)")
+    check_compose_redis(svcs, envs)
     for role, values in sorted(pw.items()):
         if len(values) != 1 or None in values or "" in values:
             fail(f"docker-compose.yml: the {role} password differs between its users ({len(values)} values)")

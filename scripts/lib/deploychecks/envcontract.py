@@ -84,10 +84,13 @@ REQUIRED = {
     "entity-service": {"LAB_HTTP__HOST", "LAB_DATABASE__URL", "LAB_FLAGS__REDIS_URL"} | ADMIN_ENV,
     "enrichment": {"LAB_HTTP__HOST", "LAB_DATABASE__URL", "LAB_KAFKA__BROKERS", "LAB_FLAGS__REDIS_URL"} | ADMIN_ENV,
     # LAB_DATABASE_URL (the superuser) too, except for labctl commands that never touch the
-    # database (LABCTL_NO_DATABASE): least privilege, the flag Jobs get Redis only.
+    # database (LABCTL_NO_DATABASE): least privilege, the flag Jobs get Redis only. LAB_REDIS_URL
+    # (the operator's Redis user) likewise, except for the commands that never touch Redis
+    # (LABCTL_NO_REDIS: db prepare and seed, the seed Job).
     "labctl": {"LAB_REDIS_URL"},
 }
 LABCTL_NO_DATABASE = {"flags"}
+LABCTL_NO_REDIS = {"db", "seed"}
 
 
 def check_env_set(where, binary, env, args=None):
@@ -113,7 +116,10 @@ def check_env_set(where, binary, env, args=None):
                      f"valid: services/{binary}/config/defaults.toml)")
         elif name not in valid:
             fail(f"{where}: {name} is not a labctl variable ({', '.join(LABCTL_SOURCES)})")
-    for name in sorted(REQUIRED[binary] - set(env)):
+    required = REQUIRED[binary]
+    if binary == "labctl" and args and str(args[0]) in LABCTL_NO_REDIS:
+        required = required - {"LAB_REDIS_URL"}
+    for name in sorted(required - set(env)):
         fail(f"{where}: required {name} is not set for {binary}")
 
 

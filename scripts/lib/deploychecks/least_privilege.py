@@ -10,6 +10,11 @@ from .common import (
     ADMIN_PORT,
     API_PORT,
     DB_ROLE,
+    REDIS_OPERATOR,
+    REDIS_SECRET,
+    REDIS_URL_VARS,
+    REDIS_USER,
+    REDIS_USERS,
     ROLE_ENV,
     ROLE_SQL,
     ROOT,
@@ -18,19 +23,21 @@ from .common import (
     fail,
     k8s_containers,
     read,
+    redis_users,
     secret_key_of,
     split_url,
 )
 from .compose_privilege import check_compose
-from .envcontract import LABCTL_NO_DATABASE
+from .envcontract import LABCTL_NO_DATABASE, LABCTL_NO_REDIS
 from .netpol import ANY, EXPECT, INNER, Pod, connects, lab_pods, policies_of
 
 PROBES = ("livenessProbe", "readinessProbe", "startupProbe")
 
 
-def check_k8s_db_url(where, c, var, role):
+def check_k8s_db_url(where, c, var, role, secret=SECRET):
     """var is set in the container's own env (never a ConfigMap), connects as `role`, and its password is
-    $(X) with X an EARLIER env entry from the Secret's key `role` (Kubernetes expands only earlier ones)."""
+    $(X) with X an EARLIER env entry from the Secret's key `role` (Kubernetes expands only earlier ones).
+    Redis URLs too: `role` is then the ACL user, `secret` REDIS_SECRET."""
     entries = c.get("env", [])
     names = [e["name"] for e in entries]
     if var not in names:
@@ -39,10 +46,10 @@ def check_k8s_db_url(where, c, var, role):
     url = entries[names.index(var)].get("value") or ""
     user, password, host, port = split_url(url)
     if user != role:
-        fail(f"{where}: {var} connects as {user!r}, want the role {role!r}")
+        fail(f"{where}: {var} connects as {user!r}, want {role!r}")
     m = re.fullmatch(r"\$\((\w+)\)", password or "")
     if not m:
-        fail(f"{where}: {var} password must be $(VAR) from the Secret {SECRET}, got {password!r}")
+        fail(f"{where}: {var} password must be $(VAR) from the Secret {secret}, got {password!r}")
         return
     ref = m.group(1)
     if ref not in names[:names.index(var)]:
@@ -50,7 +57,7 @@ def check_k8s_db_url(where, c, var, role):
         return
     name, key = secret_key_of(entries[names.index(ref)])
     if key != role or not name:
-        fail(f"{where}: {ref} must come from secretKeyRef key {role!r}, got {name}/{key}")
+        fail(f"{where}: {ref} must come from secretKeyRef key {role!r} (Secret {secret}), got {name}/{key}")
 
 
 def check_service_container(where, b, env, c, pod_meta):
@@ -76,6 +83,9 @@ def check_service_container(where, b, env, c, pod_meta):
         check_k8s_db_url(where, c, "LAB_DATABASE__URL", role)
     elif "LAB_DATABASE__URL" in env:
         fail(f"{where}: {b} has no database access: drop LAB_DATABASE__URL")
+    for var in REDIS_URL_VARS:
+        if var in env:
+            check_k8s_db_url(where, c, var, REDIS_USER[b], REDIS_SECRET)
     if b == "edge-gateway":
         check_admin_list(where, env)
 
@@ -87,10 +97,15 @@ def check_labctl_container(where, env, c):
             fail(f"{where}: labctl {args[0]} needs no database: drop LAB_DATABASE_URL (least privilege)")
     elif "LAB_DATABASE_URL" in env:
         check_k8s_db_url(where, c, "LAB_DATABASE_URL", "postgres")
+    if args and args[0] in LABCTL_NO_REDIS:
+        if "LAB_REDIS_URL" in env:
+            fail(f"{where}: labctl {args[0]} never touches Redis: drop LAB_REDIS_URL (least privilege)")
+    elif "LAB_REDIS_URL" in env:
+        check_k8s_db_url(where, c, "LAB_REDIS_URL", REDIS_OPERATOR, REDIS_SECRET)
 
 
 def check_k8s_render(label, docs):
-    n = 0
+    n = m = 0
     by_name = {f"{d['kind']}/{d['metadata']['name']}": d for d in docs}
     for where, b, env, c in k8s_containers(docs):
         pod_meta = by_name[where.split("[")[0]]["spec"]["template"].get("metadata")
@@ -99,6 +114,7 @@ def check_k8s_render(label, docs):
             n += 1
         elif b == "labctl":
             check_labctl_container(f"{label} {where}", env, c)
+            m += 1
     for d in docs:
         if d.get("kind") != "Service":
             continue
@@ -111,7 +127,8 @@ def check_k8s_render(label, docs):
                  f"(the gateway's readiness prober); headless ones may, for game days")
         if name == "orchestrator" and not admin:
             fail(f"{label} Service/orchestrator: needs port admin {ADMIN_PORT} (LAB_UPSTREAM__ORCHESTRATORS_ADMIN)")
-    print(f"  ok   {label}: {n} service container(s): admin port 9901, probes and scrape on it, own DB role (none for orchestrator)")
+    print(f"  ok   {label}: {n} service container(s): admin port 9901, probes and scrape on it, own DB role (none for orchestrator), "
+          "own Redis user" + (f"; {m} labctl container(s): Redis as {REDIS_OPERATOR} where used (none in the seed Job)" if m else ""))
 
 
 def check_kind_database(docs):
@@ -156,6 +173,45 @@ def check_kind_database(docs):
     print(f"  ok   kind PostgreSQL: scram-sha-256, Secret/{SECRET} (lab-only), seed Job = db prepare -> role passwords -> seed")
 
 
+def check_kind_redis(docs):
+    """The kind Redis: no default user, each role's user with its password from the Secret (the rule
+    words are crates/lab-flags/tests/deploy_acl.rs's business), a readiness probe that logs in."""
+    dep = [d for d in docs if d.get("kind") == "Deployment" and d["metadata"]["name"] == "redis"]
+    if not dep:
+        fail("kind: no Deployment/redis")
+        return
+    c = dep[0]["spec"]["template"]["spec"]["containers"][0]
+    where, env = "kind Deployment/redis", {e["name"]: e for e in c.get("env", [])}
+    users, dupes = redis_users((c.get("command") or []) + (c.get("args") or []))
+    if dupes:
+        fail(f"{where}: users named twice: {dupes}")
+    if users.get("default") != ["off"]:
+        fail(f"{where}: needs `--user default off` (no login without a user), got {users.get('default')}")
+    if set(users) - REDIS_USERS - {"default"}:
+        fail(f"{where}: users {sorted(set(users) - REDIS_USERS - {'default'})} are nobody's (k8s/README.md)")
+    for u in sorted(REDIS_USERS):
+        words = users.get(u) or []
+        m = re.fullmatch(r">\$\((\w+)\)", words[1]) if len(words) > 1 and words[0] == "on" else None
+        if not m:
+            fail(f"{where}: needs `--user {u} on >$(VAR) RULES...`, got {words[:2]}")
+        elif secret_key_of(env.get(m.group(1))) != (REDIS_SECRET, u):
+            fail(f"{where}: {m.group(1)} must come from Secret {REDIS_SECRET} key {u}")
+    probe = " ".join(map(str, ((c.get("readinessProbe") or {}).get("exec") or {}).get("command") or []))
+    pu = re.search(r"--user (\S+)", probe)
+    if not pu or "PONG" not in probe:
+        fail(f"{where}: the readiness probe must log in (--user) and look for PONG (redis-cli exits 0 on NOAUTH): {probe!r}")
+    elif secret_key_of(env.get("REDISCLI_AUTH")) != (REDIS_SECRET, pu.group(1)):
+        fail(f"{where}: REDISCLI_AUTH (the probe's password) must come from Secret {REDIS_SECRET} key {pu.group(1)}")
+    sec = [d for d in docs if d.get("kind") == "Secret" and d["metadata"]["name"] == REDIS_SECRET]
+    keys = set(sec[0].get("stringData") or sec[0].get("data") or {}) if sec else set()
+    if keys != REDIS_USERS:
+        fail(f"kind Secret/{REDIS_SECRET}: keys {sorted(keys)} != {sorted(REDIS_USERS)}")
+    elif "lab-only" not in json.dumps(sec[0]["metadata"]):
+        fail(f"kind Secret/{REDIS_SECRET}: mark it lab-only (its values are published)")
+    print(f"  ok   kind Redis: default user off, users {sorted(REDIS_USERS)} with passwords from Secret/{REDIS_SECRET} "
+          f"(lab-only), the probe logs in")
+
+
 def cmd_least_privilege(kind_render, legacy_render, rollouts_render, helm_render_file, job_file):
     kind = [d for d in yaml.safe_load_all(open(kind_render)) if d]
     legacy = [d for d in yaml.safe_load_all(open(legacy_render)) if d]
@@ -171,6 +227,7 @@ def cmd_least_privilege(kind_render, legacy_render, rollouts_render, helm_render
                    and r.get("action") == "keep" for r in sc.get("relabel_configs", [])):
             fail(f"k8s/overlays/kind/prometheus/prometheus.yml job {sc['job_name']}: must keep only the port named admin")
     check_kind_database(kind)
+    check_kind_redis(kind)
     check_compose()
     # NetworkPolicies: the legacy render has every kind pod plus a flags Job; add the game-day Job.
     docs = legacy + job
