@@ -15,9 +15,12 @@
 //! The rules are written here once. `labctl up` makes the native lab's users with fresh
 //! passwords (kept in `.lab/run/redis-users.json`, mode 0600) and hands each service its URL;
 //! `labctl fault start redis` makes them again (a Redis without persistence forgets its users),
-//! and every lab-e2e lab runs on users of its own namespace. The native lab shares the machine's
-//! Redis with the tests, so its default user stays as the machine has it: the native lab shows
-//! what each role may do, not a locked-down server.
+//! and every lab-e2e lab runs on users of its own namespace. docker-compose.yml and the kind
+//! overlay start Redis with the same users word for word, an operator user (`lab-operator`,
+//! labctl) and the default user off (`tests/deploy_acl.rs` fails if they drift); the Helm chart
+//! gives each service its user's URL from a Secret. The native lab shares the machine's Redis
+//! with the tests, so its default user stays as the machine has it: the native lab shows what
+//! each role may do, not a locked-down server.
 
 use anyhow::Context;
 

@@ -125,7 +125,8 @@ pub async fn resolve(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     let _work = WorkGuard::new(st.metrics.clone(), user_deadline);
-    crate::fault::inject(&st.flags.snapshot(), &st.metrics.faults).await?;
+    let flags = st.flags.snapshot();
+    crate::fault::inject(&flags, &st.metrics.faults).await?;
     validate(&req, &st.settings)?;
     if req.spans.is_empty() {
         return Ok(Json(ResolveResponse { results: vec![] }));
@@ -163,13 +164,16 @@ pub async fn resolve(
             let wait = crate::admission::admit(left, st.cost.get(), pool)
                 .map_err(|why| refused(&st, why, left))?;
             let until = Instant::now() + wait;
-            // LAB-FIX(tenant-share): its tenant's turn first, within the same wait bound.
-            _turn = Some(
-                tokio::time::timeout(wait, st.gate.acquire(req.tenant))
-                    .instrument(tracing::info_span!("db.turn"))
-                    .await
-                    .map_err(|_| refused(&st, Refusal::Queue, left))?,
-            );
+            // LAB-FIX(tenant-share): its tenant's turn first, within the same wait bound
+            // (resilience.tenant_fairness; off: the pool's own first-come-first-served queue).
+            if flags.enabled("resilience.tenant_fairness") {
+                _turn = Some(
+                    tokio::time::timeout(wait, st.gate.acquire(req.tenant))
+                        .instrument(tracing::info_span!("db.turn"))
+                        .await
+                        .map_err(|_| refused(&st, Refusal::Queue, left))?,
+                );
+            }
             let wait = until.saturating_duration_since(Instant::now());
             acquire_within(&st, wait, left)
                 .instrument(tracing::info_span!("db.pool.acquire"))
