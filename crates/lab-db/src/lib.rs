@@ -286,24 +286,13 @@ pub const START_CHECK: std::time::Duration = std::time::Duration::from_secs(2);
 /// At start: open one pooled connection (checked by the pool's hook) and stop with
 /// [`SuperuserRefused`] if it is a superuser's; any other outcome lets the service start.
 pub async fn refuse_superuser_at_start(pool: &deadpool_postgres::Pool) -> anyhow::Result<()> {
-    match tokio::time::timeout(START_CHECK, pool.get()).await {
-        Ok(Err(deadpool_postgres::PoolError::PostCreateHook(
-            deadpool_postgres::HookError::Message(m),
-        ))) => {
-            anyhow::bail!("{m}")
-        }
-        Ok(Err(e)) => {
-            tracing::warn!(error = %e, "PostgreSQL not reachable at start; the role is checked on every connection");
-            Ok(())
-        }
-        Err(_) => {
-            tracing::warn!(
-                "PostgreSQL did not answer at start; the role is checked on every connection"
-            );
-            Ok(())
-        }
-        Ok(Ok(_)) => Ok(()),
-    }
+    use deadpool_postgres::{HookError, PoolError};
+    let found = tokio::time::timeout(START_CHECK, pool.get()).await;
+    start_check(found.map(|r| match r {
+        Ok(_) => Ok(()),
+        Err(PoolError::PostCreateHook(HookError::Message(m))) => Err(Found::Refused(m.into())),
+        Err(e) => Err(Found::Unreachable(e.to_string())),
+    }))
 }
 
 /// [`refuse_superuser_at_start`] for a sqlx pool whose `after_connect` runs
@@ -317,12 +306,31 @@ pub async fn refuse_superuser_at_start_sqlx(pool: &sqlx::PgPool) -> anyhow::Resu
         conn.close().await.ok();
         checked
     };
-    match tokio::time::timeout(START_CHECK, check).await {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(sqlx::Error::Configuration(e))) if e.is::<SuperuserRefused>() => {
-            anyhow::bail!("{e}")
+    let found = tokio::time::timeout(START_CHECK, check).await;
+    start_check(found.map(|r| match r {
+        Ok(()) => Ok(()),
+        Err(sqlx::Error::Configuration(e)) if e.is::<SuperuserRefused>() => {
+            Err(Found::Refused(e.to_string()))
         }
-        Ok(Err(e)) => {
+        Err(e) => Err(Found::Unreachable(e.to_string())),
+    }))
+}
+
+/// What a start-up check found short of a checked connection.
+enum Found {
+    Refused(String),
+    Unreachable(String),
+}
+
+/// A superuser refused stops the service; PostgreSQL unreachable or silent lets it start (every
+/// later connection is checked all the same).
+fn start_check(
+    found: Result<Result<(), Found>, tokio::time::error::Elapsed>,
+) -> anyhow::Result<()> {
+    match found {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(Found::Refused(why))) => anyhow::bail!("{why}"),
+        Ok(Err(Found::Unreachable(e))) => {
             tracing::warn!(error = %e, "PostgreSQL not reachable at start; the role is checked on every connection");
             Ok(())
         }

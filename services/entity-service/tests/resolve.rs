@@ -199,6 +199,19 @@ async fn resolve_rejects_bad_input_with_json_errors() {
 }
 
 /// entity-service's own queries (its pool sets application_name) still running in PostgreSQL.
+/// A session holding `entities` locked (ACCESS EXCLUSIVE, in an open transaction): every lookup
+/// blocks inside PostgreSQL with its pooled connection until `ROLLBACK` on it.
+async fn lock_entities(db_url: &str) -> sqlx::PgConnection {
+    use sqlx::{Connection, Executor};
+    let mut locker = sqlx::PgConnection::connect(db_url).await.unwrap();
+    locker.execute("BEGIN").await.unwrap();
+    locker
+        .execute("LOCK TABLE entities IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    locker
+}
+
 async fn running_lookups(db_url: &str) -> i64 {
     use sqlx::Connection;
     let mut c = sqlx::PgConnection::connect(db_url).await.unwrap();
@@ -214,17 +227,12 @@ async fn running_lookups(db_url: &str) -> i64 {
 
 #[tokio::test]
 async fn a_budgeted_request_stops_its_query_in_postgres_and_an_unbudgeted_one_does_not() {
-    use sqlx::{Connection, Executor};
+    use sqlx::Executor;
     let db = TestDb::new().await;
     seed(&db).await;
     let (base, admin) = spawn(&db).await;
     // Hold the table so every lookup blocks inside PostgreSQL — a slow query, for real.
-    let mut locker = sqlx::PgConnection::connect(&db.url).await.unwrap();
-    locker.execute("BEGIN").await.unwrap();
-    locker
-        .execute("LOCK TABLE entities IN ACCESS EXCLUSIVE MODE")
-        .await
-        .unwrap();
+    let mut locker = lock_entities(&db.url).await;
     let req = vega_labs();
 
     // The fixed client's request: 300 ms of budget. statement_timeout ends the query there.
@@ -339,7 +347,7 @@ async fn an_already_spent_budget_is_refused_before_any_work() {
 
 #[tokio::test]
 async fn a_budget_below_the_recent_cost_of_the_work_is_refused_before_any_query() {
-    use sqlx::{Connection, Executor};
+    use sqlx::Executor;
     let db = TestDb::new().await;
     seed(&db).await;
     let (base, admin) = spawn(&db).await;
@@ -347,12 +355,7 @@ async fn a_budget_below_the_recent_cost_of_the_work_is_refused_before_any_query(
     let client = testkit::http();
     // Make the work really slow once: hold the table for ~300 ms while an unbudgeted request
     // runs. Its handler time becomes the replica's cost estimate (the first observation).
-    let mut locker = sqlx::PgConnection::connect(&db.url).await.unwrap();
-    locker.execute("BEGIN").await.unwrap();
-    locker
-        .execute("LOCK TABLE entities IN ACCESS EXCLUSIVE MODE")
-        .await
-        .unwrap();
+    let mut locker = lock_entities(&db.url).await;
     let release = tokio::spawn(async move {
         tokio::time::sleep(std::time::Duration::from_millis(300)).await;
         locker.execute("ROLLBACK").await.unwrap();
@@ -415,18 +418,13 @@ async fn a_budget_below_the_recent_cost_of_the_work_is_refused_before_any_query(
 /// wait on, as in the incident, and are all served once the connections free up.
 #[tokio::test]
 async fn a_budgeted_request_waits_for_a_connection_only_within_its_budget() {
-    use sqlx::{Connection, Executor};
+    use sqlx::Executor;
     let db = TestDb::new().await;
     seed(&db).await;
     let (base, admin) = spawn(&db).await;
     let req = vega_labs();
     // Hold the table: every lookup waits on the lock with its pooled connection.
-    let mut locker = sqlx::PgConnection::connect(&db.url).await.unwrap();
-    locker.execute("BEGIN").await.unwrap();
-    locker
-        .execute("LOCK TABLE entities IN ACCESS EXCLUSIVE MODE")
-        .await
-        .unwrap();
+    let mut locker = lock_entities(&db.url).await;
     // Four legacy requests (no budget) take the pool's four connections, and a fifth queues.
     let legacy: Vec<_> = (0..5)
         .map(|_| {
@@ -590,16 +588,11 @@ async fn every_request_is_counted_per_100_ms_on_the_admin_listener_only() {
 /// (first come first served answers it last). Every request is served: nothing is refused.
 #[tokio::test]
 async fn a_tenant_queued_behind_another_tenants_flood_is_served_in_turn_not_last() {
-    use sqlx::{Connection, Executor};
+    use sqlx::Executor;
     let db = TestDb::new().await;
     seed(&db).await;
     let (base, admin) = spawn_with_pool(&db.url, 1).await;
-    let mut locker = sqlx::PgConnection::connect(&db.url).await.unwrap();
-    locker.execute("BEGIN").await.unwrap();
-    locker
-        .execute("LOCK TABLE entities IN ACCESS EXCLUSIVE MODE")
-        .await
-        .unwrap();
+    let mut locker = lock_entities(&db.url).await;
     let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut sent = Vec::new();
     for (i, tenant) in [1, 1, 1, 1, 1, 2].into_iter().enumerate() {
