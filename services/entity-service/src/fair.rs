@@ -50,6 +50,9 @@ struct Tenant {
 pub struct Permit {
     gate: Arc<FairGate>,
     tenant: i64,
+    /// False for a permit the gate took back unsent (its waiter had gone): dropping it then
+    /// hands nothing on, the gate has already counted it out.
+    armed: bool,
 }
 
 impl FairGate {
@@ -83,6 +86,7 @@ impl FairGate {
                 return Permit {
                     gate: self.clone(),
                     tenant,
+                    armed: true,
                 };
             }
             let (tx, rx) = oneshot::channel();
@@ -115,12 +119,15 @@ impl FairGate {
             let permit = Permit {
                 gate: self.clone(),
                 tenant: next,
+                armed: true,
             };
             match tx.send(permit) {
                 Ok(()) => return,
-                Err(unsent) => {
-                    // Gone before its turn: undo without re-entering release (the lock is held).
-                    std::mem::forget(unsent);
+                Err(mut unsent) => {
+                    // Gone before its turn: undo here, without re-entering release (the lock is
+                    // held).
+                    unsent.armed = false;
+                    drop(unsent);
                     if let Some(t) = s.tenants.get_mut(&next) {
                         t.held -= 1;
                     }
@@ -162,7 +169,9 @@ impl State {
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        self.gate.release(self.tenant);
+        if self.armed {
+            self.gate.release(self.tenant);
+        }
     }
 }
 
@@ -295,6 +304,40 @@ mod tests {
             h.await.unwrap();
         }
         assert_eq!(*order.lock().unwrap(), [2, 1, 2, 1, 2, 1]);
+    }
+
+    /// A permit sent to a waiter already gone is taken back whole: it goes to the next waiter,
+    /// and nothing of it lingers (the gate's only owner at the end is the test).
+    #[tokio::test]
+    async fn a_permit_for_a_waiter_already_gone_goes_to_the_next_and_leaks_nothing() {
+        let gate = FairGate::new(1);
+        let first = gate.acquire(1).await;
+        {
+            // Tenant 5's waiter left between closing its place and counting itself out.
+            let (tx, rx) = oneshot::channel();
+            drop(rx);
+            let mut s = gate.state.lock().unwrap();
+            s.tenants.entry(5).or_default().waiters.push_back(tx);
+            s.waiting += 1;
+        }
+        let next = {
+            let gate = gate.clone();
+            tokio::spawn(async move { drop(gate.acquire(6).await) })
+        };
+        while gate.waiting() < 2 {
+            tokio::task::yield_now().await;
+        }
+        drop(first);
+        next.await.unwrap();
+        let s = gate.state.lock().unwrap();
+        assert_eq!((s.free, s.waiting), (1, 0));
+        assert!(s.tenants.is_empty());
+        drop(s);
+        assert_eq!(
+            Arc::strong_count(&gate),
+            1,
+            "a permit taken back still holds the gate"
+        );
     }
 
     /// A waiter whose budget ends leaves the queue, and the permit goes to the next one.

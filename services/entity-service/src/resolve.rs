@@ -491,12 +491,14 @@ fn refused(st: &AppState, why: Refusal, left: Duration) -> ApiError {
         Refusal::Queue => {
             st.metrics.shed.with_label_values(&["queue"]).inc();
             let pool = st.pool.status();
+            // Budgeted requests wait for their tenant's turn before the pool (crate::fair).
+            let waiting = pool.waiting + st.gate.waiting();
             ApiError::from_failure(
                 &errors::ES_DB_POOL_EXHAUSTED,
                 format!(
                     "no PostgreSQL connection would be free in time: {} waiting for {} \
                      connections at {cost} ms a query, {left} ms left; not started",
-                    pool.waiting, pool.max_size
+                    waiting, pool.max_size
                 ),
             )
         }
