@@ -9,6 +9,7 @@
 //!   string key/value carrier (Kafka); an in-memory span recorder for tests.
 //! - [`metrics`]: one Prometheus registry per service, process and runtime collectors, and the
 //!   HTTP request metrics middleware.
+//! - [`process`]: the process collector with its CPU counter to the kernel's tick.
 //! - [`exposition`]: reading the Prometheus text format back (game days, tests).
 //! - [`health`]: the shallow `/livez` and `/readyz` (postmortem, "Code After": readiness answers
 //!   "can THIS process serve a request?", never "is my dependency happy?").
@@ -24,5 +25,6 @@ pub mod exposition;
 pub mod health;
 pub mod http;
 pub mod metrics;
+pub mod process;
 pub mod server;
 pub mod telemetry;

@@ -36,10 +36,9 @@ impl Metrics {
         let registry = Registry::new();
         #[cfg(target_os = "linux")]
         {
-            // process_resident_memory_bytes, process_cpu_seconds_total, process_open_fds, ...
-            let _ = registry.register(Box::new(
-                prometheus::process_collector::ProcessCollector::for_self(),
-            ));
+            // process_resident_memory_bytes, process_cpu_seconds_total (to the tick, not whole
+            // seconds: crate::process), process_open_fds, ...
+            let _ = registry.register(Box::new(crate::process::Process::for_self()));
         }
         let _ = registry.register(Box::new(RuntimeCollector::new()));
         Self { registry }
