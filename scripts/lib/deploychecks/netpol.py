@@ -80,7 +80,8 @@ EXPECT = {
     ("enrichment", 8080): set(),
     ("enrichment", 9901): {"prometheus", "labctl/gameday"},
     ("postgres", 5432): {"edge-gateway", "entity-service", "enrichment", "labctl/seed", "labctl/toolbox", "labctl/gameday"},
-    ("redis", 6379): {"edge-gateway", "orchestrator", "entity-service", "enrichment", "labctl/seed", "labctl/toolbox",
+    # Not the seed Job: db prepare and seed never use Redis, and it holds no Redis password.
+    ("redis", 6379): {"edge-gateway", "orchestrator", "entity-service", "enrichment", "labctl/toolbox",
                       "labctl/gameday", "labctl/flags"},
     ("kafka", 9092): {"orchestrator", "enrichment", "kafka-init", "labctl/toolbox", "labctl/gameday"},
     ("otel-collector", 4317): {"edge-gateway", "orchestrator", "entity-service", "enrichment", "labctl/toolbox", "labctl/gameday"},
