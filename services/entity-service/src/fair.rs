@@ -8,11 +8,14 @@
 //! permit is free anyone takes it: a tenant alone may use the whole pool, and nothing is refused
 //! here. When one frees up and requests are waiting, it goes to the **waiting tenant served
 //! least recently** — round robin between the tenants with work queued, the oldest request of
-//! each first (fair queueing, as a scheduler shares a CPU between processes, or Envoy and
-//! gRPC servers share a connection's streams). A flooding tenant then gets one connection in
-//! turn with every other tenant waiting, whatever the depth of its own queue; its excess waits
-//! out its own budget and is refused by the admission as before (`db_pool_exhausted`,
-//! retryable). Tenants that never meet are never reordered.
+//! each first (fair queueing, as a scheduler shares a CPU between processes). A flooding tenant
+//! then gets one connection in turn with every other tenant waiting, whatever the depth of its
+//! own queue; its excess waits out its own budget and is refused by the admission as before
+//! (`db_pool_exhausted`, retryable). Tenants that never meet are never reordered.
+//!
+//! The admission prices a request's wait by the queue ahead of it **in this order**
+//! ([`FairGate::ahead_of`]), not by the whole queue: priced first-come-first-served, a tenant
+//! arriving behind a flood would be refused at once as "too late" although its turn is next.
 //!
 //! Requests without a budget (the legacy client) do not pass the gate: they wait in the pool's
 //! own queue, first come first served, as in the incident.
@@ -68,9 +71,28 @@ impl FairGate {
         })
     }
 
-    /// Requests waiting at the gate now (the admission counts them as ahead in the queue).
+    /// Requests waiting at the gate now.
     pub fn waiting(&self) -> usize {
         self.state.lock().unwrap().waiting
+    }
+
+    /// Requests waiting at the gate that get a turn before a new request of `tenant`: its own
+    /// queue, and from every other tenant at most one more than that (round robin gives each
+    /// backlogged tenant one turn per round; fewer if it has fewer queued). An upper bound: a
+    /// tenant served less recently than the others goes first in its round.
+    pub fn ahead_of(&self, tenant: i64) -> usize {
+        let s = self.state.lock().unwrap();
+        let own = s.tenants.get(&tenant).map_or(0, |t| t.waiters.len());
+        s.tenants
+            .iter()
+            .map(|(id, t)| {
+                if *id == tenant {
+                    own
+                } else {
+                    t.waiters.len().min(own + 1)
+                }
+            })
+            .sum()
     }
 
     /// A permit for one request of `tenant`: at once when one is free and nobody waits, else
@@ -97,6 +119,7 @@ impl FairGate {
         let mut rx = Waiting {
             rx: Some(rx),
             gate: self.clone(),
+            tenant,
         };
         rx.wait().await
     }
@@ -179,6 +202,7 @@ impl Drop for Permit {
 struct Waiting {
     rx: Option<oneshot::Receiver<Permit>>,
     gate: Arc<FairGate>,
+    tenant: i64,
 }
 
 impl Waiting {
@@ -201,22 +225,18 @@ impl Drop for Waiting {
         match rx.try_recv() {
             // Sent just before we left: hand it on (the permit's drop does).
             Ok(permit) => drop(permit),
-            // Still queued: leave the queue. Every closed place found is counted out here (a
-            // request dropped at the same moment then finds its own already gone).
+            // Still queued: leave its tenant's queue. Every closed place found there is counted
+            // out here (a request of the same tenant dropped at the same moment then finds its
+            // own already gone); other tenants' queues are not this request's to scan.
             Err(_) => {
                 let mut s = self.gate.state.lock().unwrap();
-                let mut left = Vec::new();
-                for (id, t) in s.tenants.iter_mut() {
+                let left = s.tenants.get_mut(&self.tenant).map_or(0, |t| {
                     let before = t.waiters.len();
                     t.waiters.retain(|tx| !tx.is_closed());
-                    if t.waiters.len() < before {
-                        left.push((*id, before - t.waiters.len()));
-                    }
-                }
-                for (id, n) in left {
-                    s.waiting -= n;
-                    s.forget_if_idle(id);
-                }
+                    before - t.waiters.len()
+                });
+                s.waiting -= left;
+                s.forget_if_idle(self.tenant);
             }
         }
     }
@@ -240,7 +260,9 @@ mod tests {
         let gate = FairGate::new(3);
         let mut held = Vec::new();
         for _ in 0..3 {
-            held.push(gate.acquire(1).await);
+            // A gate that made it wait would hang here: bounded, it fails instead.
+            let p = tokio::time::timeout(Duration::from_secs(5), gate.acquire(1)).await;
+            held.push(p.expect("a free permit is taken at once"));
         }
         assert_eq!(held.len(), 3);
         assert_eq!(gate.waiting(), 0);
@@ -304,6 +326,32 @@ mod tests {
             h.await.unwrap();
         }
         assert_eq!(*order.lock().unwrap(), [2, 1, 2, 1, 2, 1]);
+    }
+
+    /// The queue ahead of a newcomer in fair order: one turn per other backlogged tenant, not
+    /// the whole flood; the flooder's own next request is behind all of its queue.
+    #[tokio::test]
+    async fn the_queue_ahead_is_counted_in_fair_order() {
+        let gate = FairGate::new(1);
+        let _held = gate.acquire(1).await;
+        let mut queued = Vec::new();
+        for tenant in [1, 1, 1, 1, 3] {
+            let g = gate.clone();
+            queued.push(tokio::spawn(async move { drop(g.acquire(tenant).await) }));
+            while gate.waiting() < queued.len() {
+                tokio::task::yield_now().await;
+            }
+        }
+        assert_eq!(gate.waiting(), 5);
+        // A first request of tenant 2: one of tenant 1's four, tenant 3's one.
+        assert_eq!(gate.ahead_of(2), 2);
+        // Tenant 3 (one queued): up to two of tenant 1's, and its own.
+        assert_eq!(gate.ahead_of(3), 3);
+        // Tenant 1: its own four, and tenant 3's one.
+        assert_eq!(gate.ahead_of(1), 5);
+        for q in queued {
+            q.abort();
+        }
     }
 
     /// A permit sent to a waiter already gone is taken back whole: it goes to the next waiter,

@@ -158,15 +158,20 @@ pub async fn resolve(
         Some(deadline) => {
             // LAB-FIX(pool-exhaustion): admitted only if the wait and the query fit (admission).
             let left = deadline.saturating_duration_since(acquire);
-            // Ahead of it: the pool's own queue and the requests waiting for their turn.
+            // LAB-FIX(tenant-share): its tenant's turn first (resilience.tenant_fairness; off:
+            // the pool's own first-come-first-served queue). Ahead of it: the pool's own queue,
+            // and the requests waiting for a turn that come before it in fair order.
+            let fair = flags.enabled("resilience.tenant_fairness");
             let mut pool: crate::admission::PoolState = st.pool.status().into();
-            pool.waiting += st.gate.waiting();
+            pool.waiting += if fair {
+                st.gate.ahead_of(req.tenant)
+            } else {
+                st.gate.waiting()
+            };
             let wait = crate::admission::admit(left, st.cost.get(), pool)
                 .map_err(|why| refused(&st, why, left))?;
             let until = Instant::now() + wait;
-            // LAB-FIX(tenant-share): its tenant's turn first, within the same wait bound
-            // (resilience.tenant_fairness; off: the pool's own first-come-first-served queue).
-            if flags.enabled("resilience.tenant_fairness") {
+            if fair {
                 _turn = Some(
                     tokio::time::timeout(wait, st.gate.acquire(req.tenant))
                         .instrument(tracing::info_span!("db.turn"))

@@ -582,6 +582,42 @@ async fn every_request_is_counted_per_100_ms_on_the_admin_listener_only() {
     assert_eq!(public.status(), 404, "not on the public port");
 }
 
+/// Send `tenant`'s request with a budget of `budget_ms` in the background, and wait (bounded)
+/// until it is queued: `waiting` requests wait for a connection or a turn. Its tenant is pushed
+/// to `done` when it is answered.
+async fn queue_one(
+    (base, admin): (&str, &str),
+    tenant: i64,
+    budget_ms: u64,
+    waiting: f64,
+    done: &std::sync::Arc<std::sync::Mutex<Vec<i64>>>,
+) -> tokio::task::JoinHandle<reqwest::StatusCode> {
+    let (url, done) = (base.to_string(), done.clone());
+    let req = ResolveRequest {
+        tenant,
+        ..vega_labs()
+    };
+    let h = tokio::spawn(async move {
+        let status = resolve_budgeted(&url, &req, budget_ms).await.status();
+        done.lock().unwrap().push(tenant);
+        status
+    });
+    for _ in 0..200 {
+        if scrape(admin, "entity_db_pool_waiting", "").await >= waiting
+            && scrape(admin, "entity_db_pool_connections", "state=\"in_use\"").await >= 1.0
+        {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        scrape(admin, "entity_db_pool_waiting", "").await,
+        waiting,
+        "tenant {tenant}'s request queued (not refused at once)"
+    );
+    h
+}
+
 /// LAB-FIX(tenant-share) on a real pool (issue 28): one connection, held by tenant 1's request
 /// while the table is locked; tenant 1 queues four more budgeted requests, then tenant 2 one.
 /// Once the lock goes, tenant 2 is answered second, in turn, not after tenant 1's whole queue
@@ -596,31 +632,48 @@ async fn a_tenant_queued_behind_another_tenants_flood_is_served_in_turn_not_last
     let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut sent = Vec::new();
     for (i, tenant) in [1, 1, 1, 1, 1, 2].into_iter().enumerate() {
-        let (base, order) = (base.clone(), order.clone());
-        let req = ResolveRequest {
-            tenant,
-            ..vega_labs()
-        };
-        sent.push(tokio::spawn(async move {
-            let status = resolve_budgeted(&base, &req, 9_000).await.status();
-            order.lock().unwrap().push(tenant);
-            status
-        }));
         // Each queued before the next is sent: the first holds the connection, the others wait.
-        let want = i as f64;
-        for _ in 0..200 {
-            if scrape(&admin, "entity_db_pool_waiting", "").await >= want
-                && scrape(&admin, "entity_db_pool_connections", "state=\"in_use\"").await >= 1.0
-            {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
-        assert_eq!(scrape(&admin, "entity_db_pool_waiting", "").await, want);
+        sent.push(queue_one((&base, &admin), tenant, 9_000, i as f64, &order).await);
     }
     locker.execute("ROLLBACK").await.unwrap();
     for h in sent {
         assert_eq!(h.await.unwrap(), 200, "served, not refused");
     }
     assert_eq!(*order.lock().unwrap(), [1, 2, 1, 1, 1, 1]);
+}
+
+/// The admission's half of LAB-FIX(tenant-share): a tenant arriving behind another tenant's
+/// flood is priced by its place in fair order, admitted and served, not refused at once as if
+/// it stood behind the whole flood. The table is locked ~300 ms once, so the replica learns a
+/// query costs that; then tenant 1 floods the one connection (1 held, 4 queued) and tenant 2
+/// sends a request whose budget (1,350 ms) covers two queries ahead of it plus its own (~900
+/// ms) but not five (~1,800 ms: refused at once when priced first come first served).
+#[tokio::test]
+async fn a_tenant_behind_a_flood_is_priced_by_its_turn_and_served() {
+    use sqlx::Executor;
+    let db = TestDb::new().await;
+    seed(&db).await;
+    let (base, admin) = spawn_with_pool(&db.url, 1).await;
+    let mut locker = lock_entities(&db.url).await;
+    let slow = {
+        let base = base.clone();
+        tokio::spawn(async move { resolve(&base, &vega_labs()).await.status() })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    locker.execute("ROLLBACK").await.unwrap();
+    assert_eq!(slow.await.unwrap(), 200);
+
+    let mut locker = lock_entities(&db.url).await;
+    let done = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut flood = Vec::new();
+    for i in 0..5 {
+        flood.push(queue_one((&base, &admin), 1, 9_000, i as f64, &done).await);
+    }
+    let late = queue_one((&base, &admin), 2, 1_350, 5.0, &done).await;
+    locker.execute("ROLLBACK").await.unwrap();
+    assert_eq!(late.await.unwrap(), 200, "tenant 2 served in its turn");
+    for h in flood {
+        assert_eq!(h.await.unwrap(), 200);
+    }
+    assert_eq!(done.lock().unwrap()[..2], [1, 2]);
 }
