@@ -445,8 +445,8 @@ async fn create_redis_users(
         .context(
             "creating the lab's Redis users (labctl's LAB_REDIS_URL must be allowed ACL SETUSER)",
         )?;
+    supervise::private_run_dir(state_dir)?;
     let file = redis_users_file(state_dir);
-    std::fs::create_dir_all(file.parent().context("a state directory")?)?;
     let tmp = file.with_extension("tmp");
     {
         use std::io::Write;

@@ -220,11 +220,23 @@ fn signal(pid: u32, sig: libc::c_int) {
 }
 
 /// Start `labctl supervise` detached from this terminal and return its pid.
+/// The lab's `run/` directory, made readable by its owner only: the plan, the supervisor's
+/// commands (a scaled replica's spec) and `redis-users.json` carry the services' Redis
+/// passwords in their environments.
+pub fn private_run_dir(state_dir: &Path) -> anyhow::Result<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let run = state_dir.join("run");
+    fs::create_dir_all(&run).with_context(|| format!("creating {}", run.display()))?;
+    fs::set_permissions(&run, fs::Permissions::from_mode(0o700))
+        .with_context(|| format!("making {} private", run.display()))?;
+    Ok(run)
+}
+
 pub fn spawn_supervisor(plan: &Plan) -> anyhow::Result<u32> {
     use std::os::unix::process::CommandExt;
-    fs::create_dir_all(plan.state_dir.join("run"))?;
+    let run = private_run_dir(&plan.state_dir)?;
     fs::create_dir_all(plan.state_dir.join("logs"))?;
-    let plan_path = plan.state_dir.join("run").join("plan.json");
+    let plan_path = run.join("plan.json");
     fs::write(&plan_path, serde_json::to_vec_pretty(plan)?)?;
     let log = OpenOptions::new()
         .create(true)
@@ -909,4 +921,22 @@ pub(crate) fn log(msg: &str, fields: &[(&str, String)]) {
         m.insert((*k).into(), v.clone().into());
     }
     eprintln!("{}", serde_json::Value::Object(m));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_run_directory_is_made_private_even_when_an_older_lab_left_it_open() {
+        use std::os::unix::fs::PermissionsExt;
+        let state = std::env::temp_dir().join(format!("lab-run-{}", std::process::id()));
+        let run = state.join("run");
+        fs::create_dir_all(&run).unwrap();
+        fs::set_permissions(&run, fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(private_run_dir(&state).unwrap(), run);
+        let mode = fs::metadata(&run).unwrap().permissions().mode() & 0o777;
+        fs::remove_dir_all(&state).unwrap();
+        assert_eq!(mode, 0o700, "the plan and redis-users.json hold passwords");
+    }
 }
