@@ -3,9 +3,15 @@
 //!
 //! | role | keys | channels | commands |
 //! |---|---|---|---|
-//! | [`Role::Gateway`] | `<ns>:rl:*` read and write (its rate limiter's GCRA script); `<ns>:flags` read only | `<ns>:flags:changed` | the script (`EVALSHA`, `EVAL`, `SCRIPT LOAD`, and `TIME`, `GET`, `SET` it runs), `HGETALL`, `SUBSCRIBE` |
+//! | [`Role::Gateway`] | `<ns>:rl:*` read and write (its rate limiter's GCRA script); `<ns>:flags` read only | `<ns>:flags:changed` | the script (`EVALSHA`, and `SCRIPT LOAD` when Redis does not have it yet, and `TIME`, `GET`, `SET` it runs), `HGETALL`, `SUBSCRIBE` |
 //! | [`Role::Service`] (orchestrator, entity-service, enrichment) | `<ns>:flags` read only | `<ns>:flags:changed` | `HGETALL`, `SUBSCRIBE` |
 //! | the operator (labctl) | everything | everything | everything: flags are set by `labctl flags set` |
+//!
+//! `EVAL` is not granted: the redis crate runs the limiter's script by its hash (`EVALSHA`) and
+//! loads it (`SCRIPT LOAD`) only when Redis answers NOSCRIPT. A gateway taken over can still load
+//! a script of its own and run it: bounded by these rules in what it reads and writes, not in the
+//! CPU it takes from Redis (a Redis function loaded by the operator, called with `FCALL`, would
+//! bound that too).
 //!
 //! So an internet-facing gateway taken over can spend its own rate-limit keys, and cannot set
 //! `fault.entity.black_hole` fleet-wide, `FLUSHALL`, `CONFIG SET` or `SHUTDOWN` the store.
@@ -68,7 +74,6 @@ pub fn rules(namespace: &str, role: Role) -> Vec<String> {
         r.extend([
             format!("~{namespace}:rl:*"),
             "+evalsha".to_string(),
-            "+eval".to_string(),
             "+script|load".to_string(),
             "+time".to_string(),
             "+get".to_string(),

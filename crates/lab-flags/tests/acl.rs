@@ -88,16 +88,23 @@ async fn each_role_does_its_work_and_is_refused_the_rest() {
             "{who} wrote a flag through the store"
         );
     }
-    // The gateway's limiter: its script on its own keys; not on the flags.
-    let ok = run(&gateway, &["EVAL", SCRIPT, "1", &rl]).await;
+    // The gateway's limiter, as the redis crate runs it: by hash, loading it on NOSCRIPT; on its
+    // own keys, not on the flags; never EVAL (not needed, not granted).
+    let sha = redis::Script::new(SCRIPT).get_hash().to_string();
+    assert_eq!(run(&gateway, &["SCRIPT", "LOAD", SCRIPT]).await, Ok(()));
+    let ok = run(&gateway, &["EVALSHA", &sha, "1", &rl]).await;
     assert_eq!(ok, Ok(()), "the gateway's rate-limit script");
     assert_eq!(
-        run(&gateway, &["EVAL", SCRIPT, "1", &flags]).await,
+        run(&gateway, &["EVALSHA", &sha, "1", &flags]).await,
+        Err("NOPERM".to_string())
+    );
+    assert_eq!(
+        run(&gateway, &["EVAL", SCRIPT, "1", &rl]).await,
         Err("NOPERM".to_string())
     );
     // A service has no business with the rate limiter.
     assert_eq!(
-        run(&service, &["EVAL", SCRIPT, "1", &rl]).await,
+        run(&service, &["EVALSHA", &sha, "1", &rl]).await,
         Err("NOPERM".to_string())
     );
     assert_eq!(
