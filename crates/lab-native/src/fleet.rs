@@ -116,6 +116,18 @@ fn parse_env_override(s: &str) -> anyhow::Result<(String, String, String)> {
         Some((svc.trim().to_string(), k.trim().to_string(), v.to_string()))
     });
     match parsed {
+        // The lab's Redis users may read and write only the lab's own namespace: a replica moved
+        // to another one would be refused every read (NOPERM) and never know its flags.
+        Some((_, k, v))
+            if REDIS_NAMESPACE_KEYS.contains(&k.as_str())
+                && v != lab_flags::store::DEFAULT_NAMESPACE =>
+        {
+            anyhow::bail!(
+                "--env {s:?}: the lab's Redis users are made for the namespace {:?} \
+                 (lab_flags::acl); a replica in another namespace could not read its flags",
+                lab_flags::store::DEFAULT_NAMESPACE
+            )
+        }
         Some((svc, k, v))
             if svc.parse::<Service>().is_ok() && k.starts_with("LAB_") && k.contains("__") =>
         {
@@ -127,6 +139,9 @@ fn parse_env_override(s: &str) -> anyhow::Result<(String, String, String)> {
         ),
     }
 }
+
+/// The settings that name a service's Redis namespace (flags, the gateway's rate limits).
+const REDIS_NAMESPACE_KEYS: [&str; 2] = ["LAB_FLAGS__NAMESPACE", "LAB_RATELIMIT__NAMESPACE"];
 
 /// Traces kept by the native receiver: at 20 traces a second, the last few minutes — a replay
 /// step and then some — in a few tens of MB.
@@ -1162,5 +1177,20 @@ mod tests {
             let err = plan_of(&["--bin-dir", "/tmp", "--env", bad]).unwrap_err();
             assert!(err.to_string().contains("SERVICE:LAB_"), "{bad}: {err}");
         }
+        // Another Redis namespace than the one the lab's Redis users may touch.
+        for other in [
+            "orchestrator:LAB_FLAGS__NAMESPACE=x",
+            "edge-gateway:LAB_RATELIMIT__NAMESPACE=x",
+        ] {
+            let err = plan_of(&["--bin-dir", "/tmp", "--env", other]).unwrap_err();
+            assert!(err.to_string().contains("Redis users"), "{other}: {err}");
+        }
+        plan_of(&[
+            "--bin-dir",
+            "/tmp",
+            "--env",
+            "orchestrator:LAB_FLAGS__NAMESPACE=lab",
+        ])
+        .unwrap();
     }
 }
