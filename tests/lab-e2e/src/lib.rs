@@ -178,15 +178,14 @@ impl Drop for Lab {
         // Best effort: leave nothing behind in Redis.
         let store = self.flags.clone();
         let users: Vec<String> = self.redis_users.iter().map(|u| u.name.clone()).collect();
+        let admin = self.redis_admin_url.clone();
         let _ = std::thread::spawn(move || {
             if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
             {
                 let _ = rt.block_on(store.forget());
-                let _ = rt.block_on(async {
-                    lab_flags::acl::delete(&testkit::redis_url().await, &users).await
-                });
+                let _ = rt.block_on(lab_flags::acl::delete(&admin, &users));
             }
         })
         .join();
@@ -205,6 +204,8 @@ pub struct Lab {
     redis_users: Vec<lab_flags::acl::User>,
     /// The flag store's URL as a service's user (the machine's default user without users).
     service_redis_url: String,
+    /// The Redis URL the lab was made with (its users are created and deleted through it).
+    redis_admin_url: String,
     /// Where the orchestrators publish, if they do ([`LabOptions::kafka`]).
     pub kafka: Option<KafkaTarget>,
     /// The consumer group of this lab's enrichment workers ([`Lab::enrichment_worker`]).
@@ -390,6 +391,7 @@ impl Lab {
             service_roles: opts.service_roles,
             redis_users,
             service_redis_url,
+            redis_admin_url: redis_url.clone(),
             kafka: opts.kafka.clone(),
             enrichment_group: testkit::unique_name("enrichment-workers"),
             flags_namespace: opts.flags_namespace.clone(),
@@ -459,13 +461,13 @@ impl Lab {
     }
 
     /// The lab's Redis URL as `role`'s ACL user ([`LabOptions::redis_users`]).
-    pub async fn redis_url_as(&self, role: lab_flags::acl::Role) -> String {
+    pub fn redis_url_as(&self, role: lab_flags::acl::Role) -> String {
         let user = self
             .redis_users
             .iter()
             .find(|u| u.role == role)
             .expect("a lab with Redis users (LabOptions::redis_users)");
-        lab_flags::acl::url_as(&testkit::redis_url().await, user).unwrap()
+        lab_flags::acl::url_as(&self.redis_admin_url, user).unwrap()
     }
 
     /// Set a runtime flag and wait (bounded) until every service applies it.

@@ -309,7 +309,7 @@ async fn every_service_runs_on_its_own_redis_user_and_the_gateways_cannot_write_
     // The operator's write reaches every replica, which read it as their users (bounded wait).
     lab.set_flag("client.mode", "legacy").await;
 
-    let gateway = lab.redis_url_as(lab_flags::acl::Role::Gateway).await;
+    let gateway = lab.redis_url_as(lab_flags::acl::Role::Gateway);
     let client = redis::Client::open(gateway.as_str()).unwrap();
     let mut c = client.get_multiplexed_async_connection().await.unwrap();
     let flags_key = format!("{}:flags", lab.flags_namespace());
