@@ -57,10 +57,13 @@ COMPOSE_TARGETS = "deploy/prometheus/targets/compose"
 # ------------------------------------------------------------------ admin port + least privilege (issue 17)
 API_PORT, ADMIN_PORT = 8080, 9901
 DB_ROLE = {"edge-gateway": "lab_gateway", "entity-service": "lab_entity_service", "enrichment": "lab_enrichment"}
-# The role-passwords step reads each role's password from this variable (k8s/overlays/kind/postgres/role-passwords.sql).
-ROLE_ENV = {"lab_gateway": "LAB_GATEWAY_DB_PASSWORD", "lab_entity_service": "LAB_ENTITY_SERVICE_DB_PASSWORD",
-            "lab_enrichment": "LAB_ENRICHMENT_DB_PASSWORD"}
-ROLE_SQL = "k8s/overlays/kind/postgres/role-passwords.sql"
+# labctl's role (issue 28): the database's owner, not the superuser.
+OWNER_ROLE = "lab_owner"
+# PostgreSQL's first start makes each role with the password in this variable of the server's
+# environment (k8s/overlays/kind/postgres/initdb/10-lab-roles.sql; kind and compose mount that folder).
+ROLE_ENV = {OWNER_ROLE: "LAB_OWNER_DB_PASSWORD", "lab_gateway": "LAB_GATEWAY_DB_PASSWORD",
+            "lab_entity_service": "LAB_ENTITY_SERVICE_DB_PASSWORD", "lab_enrichment": "LAB_ENRICHMENT_DB_PASSWORD"}
+ROLE_SQL = "k8s/overlays/kind/postgres/initdb/10-lab-roles.sql"
 SECRET = "lab-database"
 
 

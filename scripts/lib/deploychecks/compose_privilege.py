@@ -1,6 +1,7 @@
 """Section 11, compose's side: admin ports unpublished, published ports on 127.0.0.1, one database
-role per service with consistent passwords, one Redis user per role (no default user), Prometheus
-targets on the admin ports."""
+role per service (labctl: lab_owner) with the passwords the postgres service makes them with, one
+Redis user per role (no default user), Prometheus targets on the admin ports. The superuser's
+side (only postgres has its password, pg_hba) is superuser.py's."""
 import glob
 import json
 import os
@@ -12,12 +13,12 @@ from .common import (
     ADMIN_PORT,
     COMPOSE_TARGETS,
     DB_ROLE,
+    OWNER_ROLE,
     REDIS_OPERATOR,
     REDIS_URL_VARS,
     REDIS_USER,
     REDIS_USERS,
     ROLE_ENV,
-    ROLE_SQL,
     ROOT,
     binary_of_image,
     check_admin_list,
@@ -110,37 +111,35 @@ def check_compose():
                     fail(f"{where}: LAB_DATABASE__URL must connect as {role} with a password, got user {user!r}")
                 pw.setdefault(role, set()).add(password)
                 deps = svc.get("depends_on") or {}
-                if (deps.get("db-role-passwords") or {}).get("condition") != "service_completed_successfully":
-                    fail(f"{where}: must depend on db-role-passwords (service_completed_successfully)")
+                if (deps.get("db-prepare") or {}).get("condition") != "service_completed_successfully":
+                    fail(f"{where}: must depend on db-prepare (service_completed_successfully): its role's grants")
             elif "LAB_DATABASE__URL" in env:
                 fail(f"{where}: the orchestrator has no database access: drop LAB_DATABASE__URL")
             if b == "edge-gateway":
                 check_admin_list(where, env)
         if b == "labctl" and "LAB_DATABASE_URL" in env:
             user, password, _, _ = split_url(env["LAB_DATABASE_URL"])
-            if user != "postgres" or not password:
-                fail(f"{where}: labctl connects as the superuser with a password, got user {user!r}")
-            pw.setdefault("postgres", set()).add(password)
+            if user != OWNER_ROLE or not password:
+                fail(f"{where}: labctl connects as {OWNER_ROLE} (the database's owner) with a password, got user {user!r}")
+            pw.setdefault(OWNER_ROLE, set()).add(password)
         for item in (env.get("LAB_GAMEDAY_TARGETS") or "").split(","):
             if item.strip() and split_url(item.split("=", 1)[1].strip())[3] != ADMIN_PORT:
                 fail(f"{where}: LAB_GAMEDAY_TARGETS {item.strip()} is not an admin URL (:{ADMIN_PORT})")
     pg = envs["postgres"]
     if pg.get("POSTGRES_HOST_AUTH_METHOD") != "scram-sha-256":
         fail("docker-compose.yml postgres: POSTGRES_HOST_AUTH_METHOD must be scram-sha-256 (never trust)")
-    pw.setdefault("postgres", set()).add(pg.get("POSTGRES_PASSWORD"))
-    rp = envs.get("db-role-passwords")
-    if not rp:
-        fail("docker-compose.yml: no db-role-passwords service")
-    else:
-        pw["postgres"].add(rp.get("PGPASSWORD"))
-        for role, var in ROLE_ENV.items():
-            pw.setdefault(role, set()).add(rp.get(var))
-        mounts = [v for v in svcs["db-role-passwords"].get("volumes", []) if v.startswith(f"./{ROLE_SQL}:")]
-        if not mounts:
-            fail(f"docker-compose.yml db-role-passwords: must mount ./{ROLE_SQL}")
-        if (svcs["db-role-passwords"].get("depends_on", {}).get("db-prepare") or {}).get("condition") != "service_completed_successfully" \
-                or svcs.get("db-prepare", {}).get("command") != ["db", "prepare"]:
-            fail("docker-compose.yml: db-role-passwords must run after db-prepare (labctl db prepare)")
+    if not pg.get("POSTGRES_PASSWORD"):
+        fail("docker-compose.yml postgres: POSTGRES_PASSWORD must be set (the image refuses to initialise without it)")
+    # The first start makes each role with the value of its variable in the postgres service
+    # (k8s/overlays/kind/postgres/initdb/10-lab-roles.sql): the URLs must carry the same.
+    for role, var in ROLE_ENV.items():
+        pw.setdefault(role, set()).add(pg.get(var))
+    if "db-role-passwords" in svcs:
+        fail("docker-compose.yml: db-role-passwords is gone (it logged in as the superuser over TCP): "
+             "the postgres service's first start sets the passwords")
+    if svcs.get("db-prepare", {}).get("command") != ["db", "prepare"] \
+            or ((svcs.get("db-prepare") or {}).get("depends_on", {}).get("postgres") or {}).get("condition") != "service_healthy":
+        fail("docker-compose.yml: db-prepare must run labctl db prepare once postgres is healthy")
     check_compose_redis(svcs, envs)
     for role, values in sorted(pw.items()):
         if len(values) != 1 or None in values or "" in values:
@@ -156,4 +155,4 @@ def check_compose():
         if got != ports:
             fail(f"deploy/prometheus/targets/native/{job}.json: ports {got}, want the admin ports {ports} ({NATIVE_ADMIN_RULE})")
     print(f"  ok   compose: admin ports unpublished, every published port on 127.0.0.1, scram-sha-256, one role per service "
-          f"(passwords consistent), targets on :{ADMIN_PORT}; native targets on {NATIVE_ADMIN_RULE}")
+          f"and labctl as {OWNER_ROLE} (passwords = the postgres service's), targets on :{ADMIN_PORT}; native targets on {NATIVE_ADMIN_RULE}")

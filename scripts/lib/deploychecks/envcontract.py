@@ -83,7 +83,7 @@ REQUIRED = {
     "orchestrator": {"LAB_HTTP__HOST", "LAB_ENTITY__URLS", "LAB_FLAGS__REDIS_URL"} | ADMIN_ENV,
     "entity-service": {"LAB_HTTP__HOST", "LAB_DATABASE__URL", "LAB_FLAGS__REDIS_URL"} | ADMIN_ENV,
     "enrichment": {"LAB_HTTP__HOST", "LAB_DATABASE__URL", "LAB_KAFKA__BROKERS", "LAB_FLAGS__REDIS_URL"} | ADMIN_ENV,
-    # LAB_DATABASE_URL (the superuser) too, except for labctl commands that never touch the
+    # LAB_DATABASE_URL (lab_owner, the database's owner) too, except for labctl commands that never touch the
     # database (LABCTL_NO_DATABASE): least privilege, the flag Jobs get Redis only. LAB_REDIS_URL
     # (the operator's Redis user) likewise, except for the commands that never touch Redis
     # (LABCTL_NO_REDIS: db prepare and seed, the seed Job).

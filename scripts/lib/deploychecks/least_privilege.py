@@ -10,6 +10,7 @@ from .common import (
     ADMIN_PORT,
     API_PORT,
     DB_ROLE,
+    OWNER_ROLE,
     REDIS_OPERATOR,
     REDIS_SECRET,
     REDIS_URL_VARS,
@@ -27,9 +28,10 @@ from .common import (
     secret_key_of,
     split_url,
 )
-from .compose_privilege import check_compose
+from .compose_privilege import check_compose, interpolate
 from .envcontract import LABCTL_NO_DATABASE, LABCTL_NO_REDIS
 from .netpol import ANY, EXPECT, INNER, Pod, connects, lab_pods, policies_of
+from .superuser import cmd_superuser
 
 PROBES = ("livenessProbe", "readinessProbe", "startupProbe")
 
@@ -96,7 +98,7 @@ def check_labctl_container(where, env, c):
         if "LAB_DATABASE_URL" in env:
             fail(f"{where}: labctl {args[0]} needs no database: drop LAB_DATABASE_URL (least privilege)")
     elif "LAB_DATABASE_URL" in env:
-        check_k8s_db_url(where, c, "LAB_DATABASE_URL", "postgres")
+        check_k8s_db_url(where, c, "LAB_DATABASE_URL", OWNER_ROLE)
     if args and args[0] in LABCTL_NO_REDIS:
         if "LAB_REDIS_URL" in env:
             fail(f"{where}: labctl {args[0]} never touches Redis: drop LAB_REDIS_URL (least privilege)")
@@ -142,35 +144,43 @@ def check_kind_database(docs):
         fail("kind StatefulSet/postgres: POSTGRES_HOST_AUTH_METHOD must be scram-sha-256 (never trust)")
     if secret_key_of(env.get("POSTGRES_PASSWORD")) != (SECRET, "postgres"):
         fail(f"kind StatefulSet/postgres: POSTGRES_PASSWORD must come from Secret {SECRET} key postgres")
+    for role, var in ROLE_ENV.items():
+        if secret_key_of(env.get(var)) != (SECRET, role):
+            fail(f"kind StatefulSet/postgres: {var} (the first start makes {role} with it) must come from "
+                 f"Secret {SECRET} key {role}")
     sec = [d for d in docs if d.get("kind") == "Secret" and d["metadata"]["name"] == SECRET]
     keys = set(sec[0].get("stringData") or sec[0].get("data") or {}) if sec else set()
     if keys != {"postgres"} | set(ROLE_ENV):
         fail(f"kind Secret/{SECRET}: keys {sorted(keys)} != postgres + {sorted(ROLE_ENV)}")
     elif "lab-only" not in json.dumps(sec[0]["metadata"]):
         fail(f"kind Secret/{SECRET}: mark it lab-only (its values are published)")
-    # The seed Job: db prepare, then the role passwords, then seed.
+    # The init ConfigMap carries every file of the folder compose mounts (superuser.py evaluates its pg_hba).
+    cms = [d for d in docs if d.get("kind") == "ConfigMap" and d["metadata"]["name"].startswith("postgres-initdb")]
+    folder = os.path.dirname(ROLE_SQL)
+    want = sorted(os.listdir(os.path.join(ROOT, folder)))
+    if not cms or sorted(cms[0].get("data") or {}) != want:
+        fail(f"kind ConfigMap/postgres-initdb: files {sorted((cms[0].get('data') or {}) if cms else [])} != {folder}/ {want}")
+    # The seed Job: db prepare, then seed, both labctl as lab_owner (no psql step: the roles and their
+    # passwords are the server's first start's business).
     seed = [d for d in docs if d.get("kind") == "Job" and d["metadata"]["name"] == "seed"]
     spec = seed[0]["spec"]["template"]["spec"] if seed else {}
     steps = spec.get("initContainers", []) + spec.get("containers", [])
     order = [(c.get("args") or c.get("command") or [None])[0] for c in steps]
-    want = ["db", "psql", "seed"]
-    if order != want:
-        fail(f"kind Job/seed: steps {order}, want {want} (labctl db prepare, psql role-passwords.sql, labctl seed)")
-    else:
-        psql = steps[1]
-        penv = {e["name"]: e for e in psql.get("env", [])}
-        for role, var in ROLE_ENV.items():
-            if secret_key_of(penv.get(var)) != (SECRET, role):
-                fail(f"kind Job/seed[{psql['name']}]: {var} must come from Secret {SECRET} key {role}")
-        if secret_key_of(penv.get("PGPASSWORD")) != (SECRET, "postgres"):
-            fail(f"kind Job/seed[{psql['name']}]: PGPASSWORD must come from Secret {SECRET} key postgres")
-        if not any(str(a).endswith("role-passwords.sql") for a in psql.get("command", []) + psql.get("args", [])):
-            fail(f"kind Job/seed[{psql['name']}]: does not run role-passwords.sql")
+    if order != ["db", "seed"]:
+        fail(f"kind Job/seed: steps {order}, want ['db', 'seed'] (labctl db prepare, labctl seed)")
     sql = read(ROLE_SQL)
     for role, var in ROLE_ENV.items():
-        if not re.search(rf"^\\getenv \w+ {var}$", sql, re.M) or f"ALTER ROLE {role} PASSWORD" not in sql:
-            fail(f"{ROLE_SQL}: must \\getenv {var} and ALTER ROLE {role} PASSWORD")
-    print(f"  ok   kind PostgreSQL: scram-sha-256, Secret/{SECRET} (lab-only), seed Job = db prepare -> role passwords -> seed")
+        if not re.search(rf"^\\getenv (\w+) {var}$", sql, re.M) or not re.search(rf"ALTER ROLE {role}\b[^;]*\bPASSWORD :'\w+'", sql):
+            fail(f"{ROLE_SQL}: must \\getenv {var} and ALTER ROLE {role} ... PASSWORD :'var'")
+    for what, pattern in (("lab_owner NOSUPERUSER NOCREATEROLE NOCREATEDB",
+                           rf"ALTER ROLE {OWNER_ROLE}\b[^;]*\bNOSUPERUSER\b[^;]*\bNOCREATEROLE\b[^;]*\bNOCREATEDB\b"),
+                          ("GRANT pg_read_all_stats TO lab_owner WITH ADMIN OPTION",
+                           rf"GRANT pg_read_all_stats TO {OWNER_ROLE} WITH ADMIN OPTION;"),
+                          ("ALTER DATABASE retry_storm_lab OWNER TO lab_owner", rf"ALTER DATABASE retry_storm_lab OWNER TO {OWNER_ROLE};")):
+        if not re.search(pattern, sql):
+            fail(f"{ROLE_SQL}: must say {what}")
+    print(f"  ok   kind PostgreSQL: scram-sha-256, Secret/{SECRET} (lab-only), the first start makes the roles "
+          f"({', '.join(ROLE_ENV)}; {OWNER_ROLE} owns the database), seed Job = db prepare -> seed as {OWNER_ROLE}")
 
 
 def check_kind_redis(docs):
@@ -216,8 +226,8 @@ def cmd_least_privilege(kind_render, legacy_render, rollouts_render, helm_render
     kind = [d for d in yaml.safe_load_all(open(kind_render)) if d]
     legacy = [d for d in yaml.safe_load_all(open(legacy_render)) if d]
     job = [d for d in yaml.safe_load_all(open(job_file)) if d]
-    for label, docs in (("kustomize:kind", kind), ("kustomize:legacy", legacy),
-                        ("helm", [d for d in yaml.safe_load_all(open(helm_render_file)) if d]),
+    helm = [d for d in yaml.safe_load_all(open(helm_render_file)) if d]
+    for label, docs in (("kustomize:kind", kind), ("kustomize:legacy", legacy), ("helm", helm),
                         # the Job's containers, with the kind ConfigMaps their envFrom names
                         ("k8s/jobs/gameday.yaml", [d for d in kind if d.get("kind") == "ConfigMap"] + job)):
         check_k8s_render(label, docs)
@@ -229,6 +239,7 @@ def cmd_least_privilege(kind_render, legacy_render, rollouts_render, helm_render
     check_kind_database(kind)
     check_kind_redis(kind)
     check_compose()
+    cmd_superuser(kind, legacy, helm, job, yaml.safe_load(open(os.path.join(ROOT, "docker-compose.yml"))), interpolate)
     # NetworkPolicies: the legacy render has every kind pod plus a flags Job; add the game-day Job.
     docs = legacy + job
     pods, others = lab_pods(docs)
