@@ -108,6 +108,10 @@ pub struct Controls {
     /// With `concurrency_limit` on, how the limit is sized ([`crate::limiter::Adapt`]): by the
     /// callee's admission (the default), AIMD or Vegas; `None`: the static `max_concurrency`.
     pub adaptive_limit: Option<Adapt>,
+    /// LAB-FIX(tenant-share), under [`Adapt::Callee`]: a tenant below its share of the ceiling
+    /// is admitted when another tenant's attempts fill it ([`crate::limiter::Limiter::try_acquire_ceiling`]).
+    /// Off: the ceiling is first come, first served.
+    pub tenant_share: bool,
 }
 
 impl Default for Controls {
@@ -121,6 +125,7 @@ impl Default for Controls {
             breaker: true,
             concurrency_limit: true,
             adaptive_limit: Some(Adapt::Callee),
+            tenant_share: true,
         }
     }
 }
@@ -397,6 +402,9 @@ impl Client {
             // LAB-FIX(pool-exhaustion) — then the concurrency limit: shed at once, never queue.
             let mut slot = if controls.concurrency_limit {
                 let admitted = match controls.adaptive_limit {
+                    Some(Adapt::Callee) => self
+                        .limiter
+                        .try_acquire_ceiling(req.tenant, controls.tenant_share),
                     Some(how) => self.limiter.try_acquire_adapting(how),
                     None => self.limiter.try_acquire(),
                 };

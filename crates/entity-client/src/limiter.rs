@@ -30,11 +30,22 @@
 //!   postmortem's 64 connection slots per host) for each entity-service endpoint it knows, so it
 //!   follows the endpoint set instead of a per-replica share guessed for one fleet size.
 //!
+//! LAB-FIX(tenant-share): the ceiling is shared between tenants (`Controls::tenant_share`, flag
+//! `resilience.tenant_fairness`). One tenant's huge documents could hold every permit and leave
+//! every other tenant `concurrency_limited` (issue 28). As Netflix's partitioned limiter
+//! guarantees each partition its share, a tenant holding fewer attempts than its share of the
+//! ceiling (the ceiling over the tenants with attempts in flight, itself included) is admitted
+//! even when the ceiling is reached; a tenant at or over its share is shed there as before. The
+//! ceiling bounds this side's memory, not entity-service's capacity (entity-service sizes that,
+//! and takes tenants in turn), so the guarantee may overshoot it, never past twice its size.
+//! While one tenant is alone it may use the whole ceiling: nothing is reserved for nobody.
+//!
 //! Measured (docs/reports/noharm-slow-not-overloaded.md): neither AIMD nor Vegas won both the
 //! slow but healthy dependency and the real stale plan; the static limit (16) lost the first,
 //! and shed a cold orchestrator's burst during a routine rollout (issue 27). The static limit
 //! stays as the named policy `off` of `resilience.concurrency_adaptive`, for comparison.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
@@ -51,8 +62,9 @@ pub struct Limiter {
     permits: Semaphore,
     /// The configured size, for errors and logs; the adaptive limit's starting point.
     limit: usize,
-    /// [`Adapt::Callee`]'s ceiling: `max_concurrency_adaptive` per entity-service endpoint.
-    ceiling: Semaphore,
+    /// [`Adapt::Callee`]'s ceiling: `max_concurrency_adaptive` per entity-service endpoint,
+    /// and who holds its permits.
+    ceiling: Mutex<Holders>,
     ceiling_size: usize,
     adaptive: Adaptive,
     /// `entity_pool_slots{state="in_use"}`, moved with inc/dec so it adds up with the legacy
@@ -60,6 +72,13 @@ pub struct Limiter {
     in_use: IntGauge,
     /// `entity_concurrency_limit`: the size of whichever limit admitted the last attempt.
     current: IntGauge,
+}
+
+/// The ceiling's permits in use, in all and per tenant (a tenant appears while it holds any).
+#[derive(Default)]
+struct Holders {
+    total: usize,
+    by_tenant: HashMap<i64, usize>,
 }
 
 struct Adaptive {
@@ -144,7 +163,7 @@ impl Limiter {
         Self {
             permits: Semaphore::new(limit),
             limit,
-            ceiling: Semaphore::new(ceiling_size),
+            ceiling: Mutex::new(Holders::default()),
             ceiling_size,
             adaptive: Adaptive {
                 limit: Mutex::new(limit as f64),
@@ -193,16 +212,11 @@ impl Limiter {
     }
 
     /// A permit of the adaptive limit, adapted by `how`, or `None` at once when it is reached.
+    /// Under [`Adapt::Callee`] the ceiling is shared as [`Self::try_acquire_ceiling`] with
+    /// tenant 0 and no share: use that one where the tenant is known.
     pub fn try_acquire_adapting(&self, how: Adapt) -> Option<LimiterPermit<'_>> {
         if how == Adapt::Callee {
-            let permit = self.ceiling.try_acquire().ok()?;
-            self.in_use.inc();
-            self.current.set(self.ceiling_size as i64);
-            return Some(LimiterPermit {
-                kind: Kind::Static(permit),
-                limiter: self,
-                signal: None,
-            });
+            return self.try_acquire_ceiling(0, false);
         }
         let a = &self.adaptive;
         let limit = (*a.limit.lock().unwrap() as usize).max(1);
@@ -233,10 +247,45 @@ impl Limiter {
             signal: None,
         })
     }
+
+    /// A permit of [`Adapt::Callee`]'s ceiling for `tenant`, or `None` at once. With `share`
+    /// (LAB-FIX(tenant-share)), a tenant holding fewer than its share — the ceiling over the
+    /// tenants holding permits, itself included, and at least one — is admitted past the ceiling, up to twice it;
+    /// without, everyone is shed at the ceiling.
+    pub fn try_acquire_ceiling(&self, tenant: i64, share: bool) -> Option<LimiterPermit<'_>> {
+        let mut h = self.ceiling.lock().unwrap();
+        let held = h.by_tenant.get(&tenant).copied().unwrap_or(0);
+        let admitted = h.total < self.ceiling_size
+            || (share && h.total < 2 * self.ceiling_size && {
+                let tenants = h.by_tenant.len() + usize::from(held == 0);
+                held < (self.ceiling_size / tenants).max(1)
+            });
+        if !admitted {
+            return None;
+        }
+        h.total += 1;
+        *h.by_tenant.entry(tenant).or_default() += 1;
+        drop(h);
+        self.in_use.inc();
+        self.current.set(self.ceiling_size as i64);
+        Some(LimiterPermit {
+            kind: Kind::Ceiling(tenant),
+            limiter: self,
+            signal: None,
+        })
+    }
+
+    /// The ceiling's permits `tenant` holds now.
+    pub fn held_by(&self, tenant: i64) -> usize {
+        let h = self.ceiling.lock().unwrap();
+        h.by_tenant.get(&tenant).copied().unwrap_or(0)
+    }
 }
 
 enum Kind<'a> {
     Static(#[allow(dead_code)] SemaphorePermit<'a>),
+    /// [`Adapt::Callee`]'s ceiling, held for this tenant.
+    Ceiling(i64),
     Adaptive {
         in_flight_at_start: usize,
         how: Adapt,
@@ -264,6 +313,17 @@ impl LimiterPermit<'_> {
 impl Drop for LimiterPermit<'_> {
     fn drop(&mut self) {
         self.limiter.in_use.dec();
+        if let Kind::Ceiling(tenant) = self.kind {
+            let mut h = self.limiter.ceiling.lock().unwrap();
+            h.total -= 1;
+            if let Some(n) = h.by_tenant.get_mut(&tenant) {
+                *n -= 1;
+                if *n == 0 {
+                    h.by_tenant.remove(&tenant);
+                }
+            }
+            return;
+        }
         if let Kind::Adaptive {
             in_flight_at_start,
             how,
@@ -398,5 +458,58 @@ mod tests {
         // One endpoint, one endpoint's ceiling.
         let (g, c) = gauges();
         assert_eq!(Limiter::new(16, 64, 1, g, c).ceiling(), 64);
+    }
+
+    #[test]
+    fn a_tenant_below_its_share_is_admitted_when_another_fills_the_ceiling() {
+        let (gauge, current) = gauges();
+        let l = Limiter::new(16, 8, 1, gauge.clone(), current);
+        // Tenant 2 alone takes the whole ceiling (nothing is reserved for nobody), then is shed.
+        let flood: Vec<_> = (0..20)
+            .map_while(|_| l.try_acquire_ceiling(2, true))
+            .collect();
+        assert_eq!(flood.len(), 16, "max(limit, adaptive max) x 1 endpoint");
+        // Tenant 1 arrives: two tenants, a share of 8 each; it holds none, so it is admitted
+        // past the ceiling up to its share, and tenant 2, over its share, stays shed.
+        let own: Vec<_> = (0..20)
+            .map_while(|_| l.try_acquire_ceiling(1, true))
+            .collect();
+        assert_eq!(own.len(), 8, "tenant 1 gets its share, no more");
+        assert!(l.try_acquire_ceiling(2, true).is_none());
+        assert_eq!((l.held_by(1), l.held_by(2)), (8, 16));
+        assert_eq!(gauge.get(), 24);
+        // A third tenant: a share of 16 / 3 = 5, but the overshoot stops at twice the ceiling.
+        let third: Vec<_> = (0..20)
+            .map_while(|_| l.try_acquire_ceiling(3, true))
+            .collect();
+        assert_eq!(third.len(), 5);
+        drop((flood, own, third));
+        assert_eq!((l.held_by(1), l.held_by(2), gauge.get()), (0, 0, 0));
+        // Without the share (the flag off): first come, first served at the ceiling.
+        let flood: Vec<_> = (0..20)
+            .map_while(|_| l.try_acquire_ceiling(2, false))
+            .collect();
+        assert_eq!(flood.len(), 16);
+        assert!(
+            l.try_acquire_ceiling(1, false).is_none(),
+            "shed behind the flood"
+        );
+        drop(flood);
+    }
+
+    #[test]
+    fn the_shared_ceiling_never_admits_past_twice_its_size() {
+        let (gauge, current) = gauges();
+        let l = Limiter::new(4, 4, 1, gauge.clone(), current);
+        // Many tenants arriving one after another, each first holding none.
+        let held: Vec<_> = (0..100)
+            .filter_map(|t| l.try_acquire_ceiling(t, true))
+            .collect();
+        assert_eq!(
+            held.len(),
+            8,
+            "4, then one each past the ceiling while the share allows"
+        );
+        assert_eq!(gauge.get(), 8);
     }
 }

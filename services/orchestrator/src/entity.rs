@@ -70,6 +70,7 @@ pub fn controls(flags: &Snapshot) -> Controls {
             // "callee", the flag's default (lab-flags answers the default for an unknown one).
             _ => Some(entity_client::limiter::Adapt::Callee),
         },
+        tenant_share: flags.enabled("resilience.tenant_fairness"),
     }
 }
 
