@@ -8,24 +8,29 @@
 --                       SELECT, INSERT and UPDATE)
 --
 -- The orchestrator has no database access at all. labctl (seed, backfill, ANALYZE, game days)
--- keeps the superuser: it IS the operator. An internet-facing gateway that could read or write
--- entities, or an entity-service that could read key hashes, is what this takes away.
+-- migrates as the database's owner: natively the local superuser; in compose and kind
+-- `lab_owner`, neither superuser nor CREATEROLE, where the database's first start creates these
+-- roles with their passwords (k8s/README.md). An internet-facing gateway that could read or
+-- write entities, or an entity-service that could read key hashes, is what this takes away.
 --
--- The roles are created without a password: natively PostgreSQL trusts loopback, and in a
--- cluster the deployment sets each role's password from a Secret after migrating
--- (k8s/README.md). Roles are cluster-wide while this migration runs once per database, possibly
--- in several databases at once (the test suite): an existing role, or a concurrent creation, is
--- not an error.
+-- Created here, they have no password: natively PostgreSQL trusts loopback; in compose and
+-- kind they exist before this runs, with passwords from a Secret (k8s/README.md). Roles are
+-- cluster-wide while this migration runs once per database, possibly in several databases at
+-- once (the test suite): an existing role, or a concurrent creation, is not an error.
 DO $$
 DECLARE
     r text;
 BEGIN
     FOREACH r IN ARRAY ARRAY['lab_gateway', 'lab_entity_service', 'lab_enrichment'] LOOP
-        BEGIN
-            EXECUTE format('CREATE ROLE %I LOGIN', r);
-        EXCEPTION WHEN duplicate_object OR unique_violation THEN
-            NULL;
-        END;
+        -- Only where it does not exist yet: an owner without CREATEROLE is refused CREATE ROLE
+        -- even for a role that exists.
+        IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = r) THEN
+            BEGIN
+                EXECUTE format('CREATE ROLE %I LOGIN', r);
+            EXCEPTION WHEN duplicate_object OR unique_violation THEN
+                NULL;
+            END;
+        END IF;
     END LOOP;
     BEGIN
         GRANT pg_read_all_stats TO lab_entity_service;

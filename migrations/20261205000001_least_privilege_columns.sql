@@ -10,9 +10,9 @@ GRANT SELECT (id, rate_limit_rps) ON tenants TO lab_gateway;
 -- entity-service counted the database's busy connections across every role ("200 of 200
 -- connections active", the postmortem's Step 2) through pg_read_all_stats, which also shows it
 -- every session's query text - the ALTER ROLE ... PASSWORD statements the deployment runs
--- included. The count alone, through a function that runs as its owner (the migrating
--- superuser), and the membership revoked. The function returns what the gauge needs and
--- nothing else: no text, no role names.
+-- included. The count alone, through a function that runs as its owner (the migrating role:
+-- the local superuser, or lab_owner, a member of pg_read_all_stats), and the membership
+-- revoked. The function returns what the gauge needs and nothing else: no text, no role names.
 CREATE FUNCTION lab_busy_connections() RETURNS bigint
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp

@@ -36,8 +36,9 @@
 #      containerPort admin 9901, probes and the Prometheus annotation on it; no ClusterIP Service but the
 #      orchestrator's carries 9901 and none leaves the cluster; compose publishes no admin port; every
 #      service connects as its own role (password from the Secret / one value per role in compose),
-#      the orchestrator with none, labctl as the superuser (flag Jobs: no database); PostgreSQL uses
-#      scram-sha-256; the seed Job runs db prepare -> role passwords -> seed; and the NetworkPolicies
+#      the orchestrator with none, labctl as lab_owner, never the superuser, whose password only the
+#      server reads and who is rejected over TCP (flag Jobs: no database); PostgreSQL uses
+#      scram-sha-256; the seed Job runs db prepare -> seed; and the NetworkPolicies
 #      are EVALUATED: who can connect to each service's API and admin port and to each dependency,
 #      compared with the table in k8s/README.md
 #  A service whose crate is not in the tree yet is skipped by section 8 with a printed NOTE; names

@@ -12,7 +12,7 @@ least-privilege KIND LEGACY ROLLOUTS HELM JOB and kind-prometheus-static OUT (11
 Each prints what it checked and every problem as "  FAIL ...", naming the file and the fix, and
 exits 1 if there was any. This file only dispatches: the checks live in scripts/lib/deploychecks/
 (common, manifests, envcontract, prometheus, dockerinputs, replicas, least_privilege,
-compose_privilege, netpol).
+compose_privilege, superuser, netpol).
 """
 import sys
 

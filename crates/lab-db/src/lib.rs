@@ -166,10 +166,61 @@ async fn run_migrations(url: &str, pool: &sqlx::PgPool) -> anyhow::Result<()> {
         .execute(&mut lock)
         .await
         .context("taking the migrations' lock")?;
-    let result = MIGRATOR.run(pool).await;
+    let result = match accept_amended(pool).await {
+        Ok(()) => MIGRATOR.run(pool).await.map_err(anyhow::Error::from),
+        Err(e) => Err(e),
+    };
     // Closing the session releases the lock whatever happened.
     lock.close().await.ok();
-    Ok(result?)
+    result
+}
+
+/// Migrations whose text changed after databases had applied it, each with the checksum
+/// (SHA-384, hex) of every earlier text. sqlx refuses to run on a database whose applied
+/// checksum differs from the embedded one ("was previously applied but has been modified");
+/// an amendment listed here changes nothing a database that applied the earlier text lacks,
+/// so such a database takes the new checksum instead (`git show REV:migrations/FILE | sha384sum`).
+///
+/// - 20261201000001: creates a service role only where it does not exist (an owner without
+///   CREATEROLE, compose's and kind's `lab_owner`, is refused CREATE ROLE even for an existing
+///   one); comments.
+/// - 20261205000001: a comment (who owns the counting function).
+pub const AMENDED: &[(i64, &str)] = &[
+    (
+        20261201000001,
+        "9116e0fffe252ee8fd8ec720606b92599fb8cd506dc680bbb1059ff0660604afd782d65d208a9711bf52485e9d54fa67",
+    ),
+    (
+        20261205000001,
+        "1f57026b65adb0aaed3d32bf610718e4ac0dfb9b10e47b1016e91e2dcc4974e168b5f5dc50cd45be939d0f66a8c23eff",
+    ),
+];
+
+/// Give every migration in [`AMENDED`] applied with an earlier text its current checksum.
+async fn accept_amended(pool: &sqlx::PgPool) -> anyhow::Result<()> {
+    let applied: bool = sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations') IS NOT NULL")
+        .fetch_one(pool)
+        .await?;
+    if !applied {
+        return Ok(());
+    }
+    for &(version, earlier) in AMENDED {
+        let now = MIGRATOR
+            .iter()
+            .find(|m| m.version == version)
+            .with_context(|| format!("amended migration {version} is not embedded"))?;
+        sqlx::query(
+            "UPDATE _sqlx_migrations SET checksum = $1 \
+             WHERE version = $2 AND encode(checksum, 'hex') = $3",
+        )
+        .bind(now.checksum.as_ref())
+        .bind(version)
+        .bind(earlier)
+        .execute(pool)
+        .await
+        .with_context(|| format!("accepting the amended migration {version}"))?;
+    }
+    Ok(())
 }
 
 /// Drop the database named in `url` (tests clean up with this).

@@ -12,4 +12,6 @@ pub mod backfill;
 pub mod remediate;
 
 #[cfg(test)]
+mod owner_test;
+#[cfg(test)]
 mod trigger_test;

@@ -17,7 +17,7 @@ use crate::remediate::{self, Remedy};
 
 /// The tests load PostgreSQL hard and measure what it does: side by side they would measure each
 /// other, so they take turns.
-static HEAVY_TEST: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+pub(crate) static HEAVY_TEST: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// The `--small` data set: the design note measured 11.5× (skewed traffic) on it, and it seeds
 /// in ~3 s even in a debug build. (25k / 50 tenants is close to noise, ≈3×.)
