@@ -10,6 +10,7 @@ use entity_client::{
     hop_table, BreakerConfig, BreakerState, Budget, CallContext, Client, ClientConfig, Controls,
     Error, RetryBudgetConfig,
 };
+use lab_api::wire::ResolveRequest;
 use lab_core::metrics::Metrics;
 use tokio::time::Instant;
 
@@ -1009,4 +1010,56 @@ async fn vegas_keeps_the_permits_a_slow_dependency_needs_once_it_has_relearned_i
         metric(&metrics, "entity_concurrency_limit", &[]),
         client.adaptive_limit() as f64
     );
+}
+
+/// LAB-FIX(tenant-share) through the client: the tenant in the request body is the one the
+/// ceiling counts, and `Controls::tenant_share` is what lets a second tenant in when another
+/// fills it (issue 28). Ceiling 2 (2 per endpoint × 1 endpoint); every answer takes 400 ms.
+#[tokio::test(start_paused = true)]
+async fn a_second_tenant_is_let_in_past_a_ceiling_another_tenant_fills_only_with_the_share() {
+    let stub = Stub::start(Reply::ok().after(MS(400))).await;
+    let (client, _metrics) = limited(&stub, 2, 2);
+    let of = |tenant| ResolveRequest {
+        tenant,
+        ..request()
+    };
+    let (flood, other, ctx) = (of(2), of(1), ctx());
+    for share in [true, false] {
+        let controls = Controls {
+            tenant_share: share,
+            ..Controls::default()
+        };
+        let later = |req| {
+            let (client, ctx, controls) = (&client, &ctx, &controls);
+            async move {
+                tokio::time::sleep(MS(10)).await;
+                client.resolve(ctx, req, controls).await
+            }
+        };
+        let (a, b, flood_third, second_tenant) = tokio::join!(
+            client.resolve(&ctx, &flood, &controls),
+            client.resolve(&ctx, &flood, &controls),
+            later(&flood),
+            later(&other),
+        );
+        assert!(
+            a.is_ok() && b.is_ok(),
+            "tenant 2 fills the ceiling (share {share})"
+        );
+        assert!(
+            matches!(flood_third, Err(Error::ConcurrencyLimited)),
+            "tenant 2 over the ceiling and its share is shed (share {share}): {flood_third:?}"
+        );
+        if share {
+            assert!(
+                second_tenant.is_ok(),
+                "tenant 1 is let in: {second_tenant:?}"
+            );
+        } else {
+            assert!(
+                matches!(second_tenant, Err(Error::ConcurrencyLimited)),
+                "first come, first served: tenant 1 shed behind the flood: {second_tenant:?}"
+            );
+        }
+    }
 }
