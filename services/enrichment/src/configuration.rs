@@ -43,6 +43,8 @@ pub struct EnrichSettings {
     pub max_entities_for_pairs: usize,
     pub retry_initial_ms: u64,
     pub retry_max_ms: u64,
+    pub batch_max_events: usize,
+    pub batch_linger_ms: u64,
 }
 
 impl Settings {
@@ -90,6 +92,14 @@ impl Settings {
                 && self.enrich.retry_max_ms >= self.enrich.retry_initial_ms,
             "enrich.retry_initial_ms must be at least 1 and at most enrich.retry_max_ms"
         );
+        anyhow::ensure!(
+            (1..=10_000).contains(&self.enrich.batch_max_events),
+            "enrich.batch_max_events must be 1..=10000 (1: one event per transaction)"
+        );
+        anyhow::ensure!(
+            self.enrich.batch_linger_ms <= 1_000,
+            "enrich.batch_linger_ms must be at most 1000 (the lag alert reads seconds)"
+        );
         Ok(())
     }
 }
@@ -109,6 +119,20 @@ mod tests {
         let s: Settings = lab_core::config::load_from("enrichment", DEFAULTS, env).unwrap();
         let err = s.validate().unwrap_err().to_string();
         assert!(err.contains("LAB_KAFKA__BROKERS"), "{err}");
+    }
+
+    #[test]
+    fn an_empty_or_unbounded_batch_is_refused() {
+        for (key, bad) in [
+            ("LAB_ENRICH__BATCH_MAX_EVENTS", "0"),
+            ("LAB_ENRICH__BATCH_MAX_EVENTS", "10001"),
+            ("LAB_ENRICH__BATCH_LINGER_MS", "1001"),
+        ] {
+            let env = [(key.to_string(), bad.to_string())];
+            let s: Settings = lab_core::config::load_from("enrichment", DEFAULTS, env).unwrap();
+            let err = s.validate().unwrap_err().to_string();
+            assert!(err.contains("enrich.batch_"), "{key}={bad}: {err}");
+        }
     }
 
     #[test]

@@ -1,11 +1,18 @@
-//! The idempotent write of one `doc.ingested` event.
+//! The idempotent write of `doc.ingested` events.
 //!
-//! One transaction: record the event's key (tenant, document, request id), and only if that
-//! inserted a row, add its mentions to
-//! `tenant_entity_mentions` and its entity pairs to `entity_cooccurrence`. Applied twice, the
-//! second transaction finds the id and changes nothing. Rows are upserted in key order, so two
-//! workers applying documents of the same tenant lock shared rows in the same order and do not
-//! deadlock each other (a deadlock would still be retried, see [`crate::worker`]).
+//! One transaction: record each event's key (tenant, document, request id), and only for the
+//! events whose key that inserted, add their mentions to `tenant_entity_mentions` and their entity
+//! pairs to `entity_cooccurrence`. Applied twice, the second transaction finds the ids and changes
+//! nothing. Rows are upserted in key order, so two workers applying documents of the same tenant
+//! lock shared rows in the same order and do not deadlock each other (a deadlock would still be
+//! retried, see [`crate::worker`]).
+//!
+//! [`apply_batch`] writes many events in one transaction of three statements, their counts summed
+//! per row first ([`apply`] is the batch of one). Why (issue 29): one event per transaction made
+//! every event five round trips and a commit, and at the chain's maximum rate (600 documents/s)
+//! PostgreSQL's enrichment backends took 0.35 of the machine's 2 cores, more than entity-service's
+//! own lookups (`docs/reports/chain-limit.md`); the rows a batch changes are the same, the
+//! statements and commits are shared.
 
 use lab_api::events::DocIngested;
 
@@ -53,26 +60,38 @@ pub enum Applied {
     Duplicate,
 }
 
-const INSERT_DOCUMENT: &str = "\
+/// Every event's key at once; the keys it inserted come back (a key twice in the batch, or
+/// already there, is inserted at most once: `DO NOTHING` also skips a row that conflicts with one
+/// this statement inserted).
+const INSERT_DOCUMENTS: &str = "\
     INSERT INTO enrichment_documents \
         (event_id, tenant_id, doc_id, entities, mentions, unresolved, extracted_at, \
          kafka_partition, kafka_offset) \
-    VALUES ($1, $2, $3, $4, $5, $6, to_timestamp($7::float8 / 1000.0), $8, $9) \
-    ON CONFLICT (tenant_id, doc_id, event_id) DO NOTHING";
+    SELECT e, t, d, n, m, u, to_timestamp(x / 1000.0), p, o \
+    FROM unnest($1::text[], $2::bigint[], $3::text[], $4::int4[], $5::int4[], $6::int4[], \
+                $7::float8[], $8::int4[], $9::int8[]) WITH ORDINALITY \
+         AS k(e, t, d, n, m, u, x, p, o, i) \
+    ORDER BY i \
+    ON CONFLICT (tenant_id, doc_id, event_id) DO NOTHING \
+    RETURNING tenant_id, doc_id, event_id";
 
-const UPSERT_MENTIONS: &str = "\
+/// The new events' mentions, summed per (tenant, entity) and sorted by it.
+const UPSERT_MENTIONS_SUMMED: &str = "\
     INSERT INTO tenant_entity_mentions AS m (tenant_id, entity_id, documents, mentions, last_seen) \
-    SELECT $1, e, 1, c, to_timestamp($4::float8 / 1000.0) \
-    FROM unnest($2::bigint[], $3::bigint[]) AS t(e, c) ORDER BY e \
+    SELECT t, e, d, c, to_timestamp(x / 1000.0) \
+    FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[], $5::float8[]) \
+         AS k(t, e, d, c, x) ORDER BY t, e \
     ON CONFLICT (tenant_id, entity_id) DO UPDATE SET \
-        documents = m.documents + 1, \
+        documents = m.documents + EXCLUDED.documents, \
         mentions = m.mentions + EXCLUDED.mentions, \
         last_seen = GREATEST(m.last_seen, EXCLUDED.last_seen)";
 
-const UPSERT_PAIRS: &str = "\
+/// The new events' pairs, summed per (tenant, a, b) and sorted by it.
+const UPSERT_PAIRS_SUMMED: &str = "\
     INSERT INTO entity_cooccurrence AS p (tenant_id, entity_a, entity_b, documents) \
-    SELECT $1, a, b, 1 FROM unnest($2::bigint[], $3::bigint[]) AS t(a, b) ORDER BY a, b \
-    ON CONFLICT (tenant_id, entity_a, entity_b) DO UPDATE SET documents = p.documents + 1";
+    SELECT t, a, b, d FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[]) \
+         AS k(t, a, b, d) ORDER BY t, a, b \
+    ON CONFLICT (tenant_id, entity_a, entity_b) DO UPDATE SET documents = p.documents + EXCLUDED.documents";
 
 /// Where the event was read from (kept with the row).
 #[derive(Debug, Clone, Copy)]
@@ -81,62 +100,162 @@ pub struct Origin {
     pub offset: i64,
 }
 
-/// Apply `event` once. `max_pairs_entities` bounds the co-occurrence work of one document (its
-/// most mentioned entities are kept).
+/// Apply `event` once: [`apply_batch`] of one event. An event the schema cannot hold is
+/// [`ApplyError::Permanent`].
 pub async fn apply(
     client: &mut deadpool_postgres::Client,
     event: &DocIngested,
     origin: Origin,
     max_pairs_entities: usize,
 ) -> Result<Applied, ApplyError> {
-    let (entity_ids, counts) = mention_columns(event);
-    let (a, b) = pairs(event, max_pairs_entities);
-    let entities = int4("entities", entity_ids.len() as i64)?;
-    let mentions = int4("mentions", counts.iter().sum())?;
-    let unresolved = int4("unresolved", event.unresolved as i64)?;
+    let mut out = apply_batch(client, &[(event, origin)], max_pairs_entities).await?;
+    match out.pop() {
+        Some(Ok(applied)) => Ok(applied),
+        Some(Err(why)) => Err(ApplyError::Permanent(why)),
+        None => unreachable!("one result per event"),
+    }
+}
+
+/// One event's row of `enrichment_documents`, and where it stands in the batch.
+struct DocumentRow<'a> {
+    at: usize,
+    event: &'a DocIngested,
+    origin: Origin,
+    entities: i32,
+    mentions: i32,
+    unresolved: i32,
+}
+
+/// Apply each of `events` once, in one transaction: one result per event, in order, `Err(why)`
+/// for an event refused before the write because the schema cannot hold its values (the others
+/// are applied). An event whose key is already there, or appears earlier in the batch, is
+/// [`Applied::Duplicate`] and adds nothing. The counts of the new events are summed per row before
+/// the upserts, so a batch leaves the tables exactly as applying its events one by one would.
+/// `Err` for the whole batch when the transaction fails: nothing of it was written (a
+/// [`ApplyError::Permanent`] one means some event's values reached the database and were refused
+/// there; apply the events one by one to find it).
+pub async fn apply_batch(
+    client: &mut deadpool_postgres::Client,
+    events: &[(&DocIngested, Origin)],
+    max_pairs_entities: usize,
+) -> Result<Vec<Result<Applied, String>>, ApplyError> {
+    let mut out: Vec<Result<Applied, String>> = vec![Ok(Applied::Duplicate); events.len()];
+    let mut rows = Vec::with_capacity(events.len());
+    for (at, &(event, origin)) in events.iter().enumerate() {
+        let (entity_ids, counts) = mention_columns(event);
+        let checked = (|| {
+            Ok::<_, ApplyError>((
+                int4("entities", entity_ids.len() as i64)?,
+                int4("mentions", counts.iter().sum())?,
+                int4("unresolved", event.unresolved as i64)?,
+            ))
+        })();
+        match checked {
+            Ok((entities, mentions, unresolved)) => rows.push(DocumentRow {
+                at,
+                event,
+                origin,
+                entities,
+                mentions,
+                unresolved,
+            }),
+            Err(ApplyError::Permanent(why)) => out[at] = Err(why),
+            Err(other) => out[at] = Err(other.to_string()),
+        }
+    }
+    if rows.is_empty() {
+        return Ok(out);
+    }
 
     let tx = client.transaction().await?;
-    let doc = tx.prepare_cached(INSERT_DOCUMENT).await?;
+    let docs = tx.prepare_cached(INSERT_DOCUMENTS).await?;
+    let column = |f: &dyn Fn(&DocumentRow<'_>) -> i64| rows.iter().map(f).collect::<Vec<i64>>();
+    let column4 = |f: &dyn Fn(&DocumentRow<'_>) -> i32| rows.iter().map(f).collect::<Vec<i32>>();
+    let text = |f: &dyn Fn(&DocumentRow<'_>) -> String| rows.iter().map(f).collect::<Vec<_>>();
     let inserted = tx
-        .execute(
-            &doc,
+        .query(
+            &docs,
             &[
-                &event.event_id,
-                &event.tenant_id,
-                &event.doc_id,
-                &entities,
-                &mentions,
-                &unresolved,
-                &(event.extracted_at_unix_ms as f64),
-                &origin.partition,
-                &origin.offset,
+                &text(&|r| r.event.event_id.clone()),
+                &column(&|r| r.event.tenant_id),
+                &text(&|r| r.event.doc_id.clone()),
+                &column4(&|r| r.entities),
+                &column4(&|r| r.mentions),
+                &column4(&|r| r.unresolved),
+                &rows
+                    .iter()
+                    .map(|r| r.event.extracted_at_unix_ms as f64)
+                    .collect::<Vec<f64>>(),
+                &column4(&|r| r.origin.partition),
+                &column(&|r| r.origin.offset),
             ],
         )
         .await?;
-    if inserted == 0 {
-        // Nothing else was written; ending the transaction either way is the same.
+    let mut new_keys: std::collections::HashSet<(i64, String, String)> = inserted
+        .iter()
+        .map(|row| (row.get(0), row.get(1), row.get(2)))
+        .collect();
+    if new_keys.is_empty() {
+        // Nothing else is written; ending the transaction either way is the same.
         tx.rollback().await?;
-        return Ok(Applied::Duplicate);
+        return Ok(out);
     }
-    if !entity_ids.is_empty() {
-        let st = tx.prepare_cached(UPSERT_MENTIONS).await?;
+
+    // (tenant, entity) -> (documents, mentions, latest extraction ms); (tenant, a, b) -> documents.
+    let mut mentions: std::collections::BTreeMap<(i64, i64), (i64, i64, f64)> = Default::default();
+    let mut pair_docs: std::collections::BTreeMap<(i64, i64, i64), i64> = Default::default();
+    for row in &rows {
+        let e = row.event;
+        // The first event of the batch with a key inserted it; a later one with the same key is
+        // a duplicate, as it would be applied after it.
+        if !new_keys.remove(&(e.tenant_id, e.doc_id.clone(), e.event_id.clone())) {
+            continue;
+        }
+        out[row.at] = Ok(Applied::New);
+        let at = e.extracted_at_unix_ms as f64;
+        let (ids, counts) = mention_columns(e);
+        for (id, count) in ids.into_iter().zip(counts) {
+            let m = mentions.entry((e.tenant_id, id)).or_insert((0, 0, at));
+            m.0 += 1;
+            m.1 += count;
+            m.2 = m.2.max(at);
+        }
+        let (a, b) = pairs(e, max_pairs_entities);
+        for (a, b) in a.into_iter().zip(b) {
+            *pair_docs.entry((e.tenant_id, a, b)).or_default() += 1;
+        }
+    }
+    if !mentions.is_empty() {
+        let st = tx.prepare_cached(UPSERT_MENTIONS_SUMMED).await?;
+        let keys: Vec<_> = mentions.keys().collect();
+        let values: Vec<_> = mentions.values().collect();
         tx.execute(
             &st,
             &[
-                &event.tenant_id,
-                &entity_ids,
-                &counts,
-                &(event.extracted_at_unix_ms as f64),
+                &keys.iter().map(|k| k.0).collect::<Vec<i64>>(),
+                &keys.iter().map(|k| k.1).collect::<Vec<i64>>(),
+                &values.iter().map(|v| v.0).collect::<Vec<i64>>(),
+                &values.iter().map(|v| v.1).collect::<Vec<i64>>(),
+                &values.iter().map(|v| v.2).collect::<Vec<f64>>(),
             ],
         )
         .await?;
     }
-    if !a.is_empty() {
-        let st = tx.prepare_cached(UPSERT_PAIRS).await?;
-        tx.execute(&st, &[&event.tenant_id, &a, &b]).await?;
+    if !pair_docs.is_empty() {
+        let st = tx.prepare_cached(UPSERT_PAIRS_SUMMED).await?;
+        tx.execute(
+            &st,
+            &[
+                &pair_docs.keys().map(|k| k.0).collect::<Vec<i64>>(),
+                &pair_docs.keys().map(|k| k.1).collect::<Vec<i64>>(),
+                &pair_docs.keys().map(|k| k.2).collect::<Vec<i64>>(),
+                &pair_docs.values().copied().collect::<Vec<i64>>(),
+            ],
+        )
+        .await?;
     }
     tx.commit().await?;
-    Ok(Applied::New)
+    Ok(out)
 }
 
 /// Distinct entities and their mention counts, sorted by entity id (a well-formed event already

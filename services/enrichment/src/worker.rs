@@ -1,7 +1,8 @@
 //! The consumer loop.
 //!
-//! One event at a time: receive, apply (retrying the write until it succeeds — never skipping a
-//! well-formed event), then store its offset. librdkafka commits stored offsets every second, on
+//! A batch at a time: receive an event and what arrives within `enrich.batch_linger_ms` after it,
+//! apply them in one transaction (retrying the write until it succeeds — never skipping a
+//! well-formed event), then store their offsets. librdkafka commits stored offsets every second, on
 //! every rebalance and at shutdown (`enable.auto.offset.store = false`, `enable.auto.commit =
 //! true`): an offset is never committed before its write, so a worker killed at any instant loses
 //! nothing — the events after its last commit are read again by the partition's next owner and
@@ -12,7 +13,8 @@
 //! | metric | labels | meaning |
 //! |---|---|---|
 //! | `enrichment_events_total` | `outcome` | `applied`, `duplicate` (a redelivery, changed nothing), `invalid` (not a `doc.ingested` event: logged and skipped) |
-//! | `enrichment_event_duration_seconds` | | one event's transaction, retries included |
+//! | `enrichment_event_duration_seconds` | | one event's write: the transaction of the batch it was applied in, retries included |
+//! | `enrichment_batch_events` | | events written in one transaction (`enrich.batch_max_events`, `enrich.batch_linger_ms`) |
 //! | `enrichment_event_age_seconds` | | extraction finished → enrichment applied: the lag in time |
 //! | `enrichment_consumer_lag` | `partition` | the group's lag: log end − committed offset, reported by each worker for the partitions it fetches, and for EVERY partition of the topic by a worker that fetches none (read it with `max by (partition)`); a group that owns nothing still shows its backlog ([`lab_kafka::lag`], `lag_loop`) |
 //! | `enrichment_lag_log_ends_total` | `source` | the log ends each lag measurement used, per partition: `fetch` (the worker's own fetch responses) or `broker` (ListOffsets; on tansu it reads the partition, issue 29) |
@@ -63,6 +65,8 @@ pub struct WorkerMetrics {
     duplicate: IntCounter,
     invalid: IntCounter,
     duration: Histogram,
+    /// Events per transaction (`enrich.batch_max_events`).
+    batch: Histogram,
     age: Histogram,
     lag: IntGaugeVec,
     /// Per lag measurement, per partition: where its log end came from (`fetch`, `broker`).
@@ -88,12 +92,22 @@ impl WorkerMetrics {
                 Histogram::with_opts(
                     HistogramOpts::new(
                         "enrichment_event_duration_seconds",
-                        "Time to apply one event (its transaction, retries included)",
+                        "Time to apply one event: the transaction of the batch it was applied in, retries included",
                     )
                     .buckets(vec![
                         0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
                         30.0,
                     ]),
+                )
+                .expect("valid metric"),
+            ),
+            batch: m.register(
+                Histogram::with_opts(
+                    HistogramOpts::new(
+                        "enrichment_batch_events",
+                        "Events written in one transaction (well-formed ones; duplicates included)",
+                    )
+                    .buckets(vec![1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0]),
                 )
                 .expect("valid metric"),
             ),
@@ -342,8 +356,9 @@ impl Worker {
                 _ = stop.changed() => break,
                 _ = check.tick() => self.sync_pause(),
                 msg = self.consumer.recv() => match msg {
-                    Ok(msg) => {
-                        if !self.handle(&msg, &mut stop).await {
+                    Ok(first) => {
+                        let batch = self.gather(first).await;
+                        if !self.handle(&batch, &mut stop).await {
                             break;
                         }
                     }
@@ -391,10 +406,34 @@ impl Worker {
         }
     }
 
-    /// Apply one message and store its offset. `false`: stopping (the write could not finish
-    /// before shutdown; its offset stays unstored, so the event is read again).
-    async fn handle(&self, msg: &BorrowedMessage<'_>, stop: &mut watch::Receiver<bool>) -> bool {
-        let (partition, offset) = (msg.partition(), msg.offset());
+    /// `first` and what else arrives within `enrich.batch_linger_ms` of it, up to
+    /// `enrich.batch_max_events`.
+    async fn gather<'a>(&'a self, first: BorrowedMessage<'a>) -> Vec<BorrowedMessage<'a>> {
+        let e = &self.settings.enrich;
+        let until = tokio::time::Instant::now() + Duration::from_millis(e.batch_linger_ms);
+        let mut batch = vec![first];
+        while batch.len() < e.batch_max_events {
+            match tokio::time::timeout_at(until, self.consumer.recv()).await {
+                Ok(Ok(msg)) => batch.push(msg),
+                Ok(Err(err)) => {
+                    tracing::warn!(error = %err, "kafka consumer error");
+                    break;
+                }
+                Err(_linger_over) => break,
+            }
+        }
+        batch
+    }
+
+    /// Apply a batch of messages and store their offsets. `false`: stopping (the write could not
+    /// finish before shutdown; the offsets stay unstored, so the events are read again).
+    async fn handle(
+        &self,
+        batch: &[BorrowedMessage<'_>],
+        stop: &mut watch::Receiver<bool>,
+    ) -> bool {
+        let m = &self.consumer.context().metrics;
+        let started = Instant::now();
         {
             let mut ends = self
                 .consumer
@@ -402,97 +441,131 @@ impl Worker {
                 .consumed_end
                 .lock()
                 .expect("not poisoned");
-            let end = ends.entry(partition).or_insert(0);
-            *end = (*end).max(offset + 1);
+            for msg in batch {
+                let end = ends.entry(msg.partition()).or_insert(0);
+                *end = (*end).max(msg.offset() + 1);
+            }
         }
-        let m = &self.consumer.context().metrics;
-        let started = Instant::now();
-        match msg.payload().map(serde_json::from_slice::<DocIngested>) {
-            Some(Ok(event)) => {
-                let origin = Origin { partition, offset };
-                // A child of the extraction's trace (the record's `traceparent`), so a trace shows
-                // the enrichment that followed a request, however much later it ran. A consumer
-                // span: nobody waits for it, so outliving the request is its contract, not an
-                // orphan (crates/lab-traces tells the two apart by this kind).
-                let span = tracing::info_span!(
-                    "enrichment.Apply",
-                    otel.kind = "consumer",
-                    event_id = %event.event_id,
-                    partition,
-                    offset
-                );
-                lab_core::telemetry::propagation::set_parent_with(&span, |k| header(msg, k));
-                let applied = self
-                    .apply_until_done(&event, origin, stop)
-                    .instrument(span)
-                    .await;
-                let Some(applied) = applied else {
-                    return false;
-                };
-                match applied {
+        let mut events = Vec::with_capacity(batch.len());
+        let mut spans = Vec::with_capacity(batch.len());
+        for msg in batch {
+            let (partition, offset) = (msg.partition(), msg.offset());
+            match msg.payload().map(serde_json::from_slice::<DocIngested>) {
+                Some(Ok(event)) => {
+                    // A child of the extraction's trace (the record's `traceparent`), so a trace
+                    // shows the enrichment that followed a request, however much later it ran. A
+                    // consumer span: nobody waits for it, so outliving the request is its
+                    // contract, not an orphan (crates/lab-traces tells the two apart by this
+                    // kind). It lasts as long as the batch that applies the event.
+                    let span = tracing::info_span!(
+                        "enrichment.Apply",
+                        otel.kind = "consumer",
+                        event_id = %event.event_id,
+                        partition,
+                        offset,
+                        batch = batch.len()
+                    );
+                    lab_core::telemetry::propagation::set_parent_with(&span, |k| header(msg, k));
+                    spans.push(span);
+                    events.push((event, Origin { partition, offset }));
+                }
+                other => {
+                    // A poison message must not stall its partition: count, log, move on.
+                    m.invalid.inc();
+                    let why = match other {
+                        None => "empty payload".to_string(),
+                        Some(Err(e)) => e.to_string(),
+                        Some(Ok(_)) => unreachable!(),
+                    };
+                    tracing::warn!(partition, offset, error = %why, "skipping a message that is not a doc.ingested event");
+                }
+            }
+        }
+        if !events.is_empty() {
+            let batch_span = tracing::info_span!("enrichment.ApplyBatch", events = events.len());
+            let Some(outcomes) = self
+                .apply_until_done(&events, stop)
+                .instrument(batch_span)
+                .await
+            else {
+                return false;
+            };
+            let took = started.elapsed().as_secs_f64();
+            m.batch.observe(events.len() as f64);
+            let now_ms = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as i64);
+            for ((event, origin), outcome) in events.iter().zip(outcomes) {
+                match outcome {
                     Ok(Applied::New) => m.applied.inc(),
                     Ok(Applied::Duplicate) => m.duplicate.inc(),
                     Err(why) => {
                         // Retrying cannot help; stalling the partition behind it would be worse.
                         m.invalid.inc();
-                        tracing::warn!(partition, offset, event_id = %event.event_id, error = %why, "skipping an event the schema rejects");
+                        tracing::warn!(partition = origin.partition, offset = origin.offset, event_id = %event.event_id, error = %why, "skipping an event the schema rejects");
                     }
                 }
-                m.duration.observe(started.elapsed().as_secs_f64());
-                let now_ms = SystemTime::now()
-                    .duration_since(UNIX_EPOCH)
-                    .map_or(0, |d| d.as_millis() as i64);
+                m.duration.observe(took);
                 m.age.observe(
                     now_ms.saturating_sub(event.extracted_at_unix_ms).max(0) as f64 / 1000.0,
                 );
             }
-            other => {
-                // A poison message must not stall its partition: count, log, move on.
-                m.invalid.inc();
-                let why = match other {
-                    None => "empty payload".to_string(),
-                    Some(Err(e)) => e.to_string(),
-                    Some(Ok(_)) => unreachable!(),
-                };
-                tracing::warn!(partition, offset, error = %why, "skipping a message that is not a doc.ingested event");
-            }
         }
-        if let Err(e) = self.consumer.store_offset_from_message(msg) {
-            // The partition was revoked meanwhile: its next owner re-reads this event and finds
-            // it applied.
-            tracing::warn!(partition, offset, error = %e, "could not store the offset");
+        drop(spans);
+        for msg in batch {
+            if let Err(e) = self.consumer.store_offset_from_message(msg) {
+                // The partition was revoked meanwhile: its next owner re-reads this event and
+                // finds it applied.
+                tracing::warn!(partition = msg.partition(), offset = msg.offset(), error = %e, "could not store the offset");
+            }
         }
         true
     }
 
-    /// The write, retried with capped exponential backoff until it succeeds or the worker stops.
-    /// A permanent failure (the event does not fit the schema) is not retried: `Ok(None)`.
+    /// The batch's write, retried with capped exponential backoff until it succeeds or the
+    /// worker stops (`None`). One result per event; an event the schema cannot hold is
+    /// `Err(why)`, not retried. When PostgreSQL refuses the batch for some event's values, the
+    /// events are applied one by one, so only that event is skipped.
     async fn apply_until_done(
         &self,
-        event: &DocIngested,
-        origin: Origin,
+        events: &[(DocIngested, Origin)],
         stop: &mut watch::Receiver<bool>,
-    ) -> Option<Result<Applied, String>> {
+    ) -> Option<Vec<Result<Applied, String>>> {
         let e = &self.settings.enrich;
+        let refs: Vec<(&DocIngested, Origin)> = events.iter().map(|(ev, o)| (ev, *o)).collect();
+        let mut one_by_one = false;
         let mut backoff = Duration::from_millis(e.retry_initial_ms);
         loop {
             let attempt = async {
                 let mut client = self.pool.get().await.map_err(|e| e.to_string())?;
-                store::apply(&mut client, event, origin, e.max_entities_for_pairs)
-                    .await
-                    .map_err(|e| match e {
-                        ApplyError::Permanent(m) => format!("permanent: {m}"),
-                        ApplyError::Transient(e) => e.to_string(),
-                    })
+                if !one_by_one {
+                    return store::apply_batch(&mut client, &refs, e.max_entities_for_pairs)
+                        .await
+                        .map_err(|e| e.to_string());
+                }
+                let mut out = Vec::with_capacity(refs.len());
+                for &(event, origin) in &refs {
+                    match store::apply(&mut client, event, origin, e.max_entities_for_pairs).await {
+                        Ok(applied) => out.push(Ok(applied)),
+                        Err(ApplyError::Permanent(why)) => out.push(Err(why)),
+                        // Those before are applied: applied again they are duplicates.
+                        Err(transient) => return Err(transient.to_string()),
+                    }
+                }
+                Ok(out)
             };
             match attempt.await {
-                Ok(applied) => return Some(Ok(applied)),
-                Err(err) if err.starts_with("permanent: ") => return Some(Err(err)),
+                Ok(outcomes) => return Some(outcomes),
+                Err(err) if err.starts_with("permanent: ") && !one_by_one => {
+                    tracing::warn!(error = %err, events = refs.len(), "the batch was refused for some event's values; applying its events one by one");
+                    one_by_one = true;
+                    continue;
+                }
                 Err(err) => {
                     self.consumer.context().metrics.write_retries.inc();
                     tracing::warn!(
                         error = %err,
-                        event_id = %event.event_id,
+                        events = refs.len(),
                         retry_in_ms = backoff.as_millis() as u64,
                         "enrichment write failed; retrying"
                     );

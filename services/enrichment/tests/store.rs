@@ -1,6 +1,6 @@
 //! The idempotent write, against the real PostgreSQL: an event applied twice changes nothing.
 
-use enrichment::store::{apply, Applied, Origin};
+use enrichment::store::{apply, apply_batch, Applied, ApplyError, Origin};
 use lab_api::events::{DocIngested, Mention};
 use testkit::TestDb;
 
@@ -138,4 +138,133 @@ async fn a_runs_rows_are_counted_by_its_documents_and_a_document_twice_shows() {
         lab_db::enrichment_rows(&mut c, 3_000..4_000).await.unwrap(),
         (0, 0)
     );
+}
+
+/// Everything the enrichment tables hold, every column a write sets.
+async fn everything(db: &str) -> Vec<String> {
+    let mut c = lab_db::connect(db).await.unwrap();
+    let mut out: Vec<String> = sqlx::query_scalar(
+        "SELECT format('doc %s %s %s %s %s %s %s', tenant_id, doc_id, event_id, entities, mentions, \
+                unresolved, extracted_at) FROM enrichment_documents \
+         UNION ALL SELECT format('mention %s %s %s %s %s', tenant_id, entity_id, documents, \
+                mentions, last_seen) FROM tenant_entity_mentions \
+         UNION ALL SELECT format('pair %s %s %s %s', tenant_id, entity_a, entity_b, documents) \
+                FROM entity_cooccurrence",
+    )
+    .fetch_all(&mut c)
+    .await
+    .unwrap();
+    out.sort();
+    out
+}
+
+/// Issue 29: a batch is one transaction of three statements, its counts summed per row; the
+/// tables must end exactly as applying its events one by one leaves them — duplicates in the
+/// batch and already-applied events included, and an event the schema cannot hold skipped alone.
+#[tokio::test]
+async fn a_batch_leaves_the_tables_as_its_events_applied_one_by_one() {
+    let (one, batched) = (TestDb::new().await, TestDb::new().await);
+    let pool =
+        |url: &str| lab_db::hot_path_pool(url, "test", 1, None, lab_db::Superuser::Allow).unwrap();
+    let (p1, p2) = (pool(&one.url), pool(&batched.url));
+    let (mut c1, mut c2) = (p1.get().await.unwrap(), p2.get().await.unwrap());
+    let at = |offset| Origin {
+        partition: 1,
+        offset,
+    };
+    let mut events: Vec<DocIngested> = (0..40)
+        .map(|i| {
+            let mut e = event(
+                &format!("req-{i}"),
+                &[
+                    (1, 1),
+                    (2 + i % 5, 2),
+                    (10 + i % 3, 1),
+                    (2 + (i + 1) % 5, 1),
+                ],
+            );
+            e.tenant_id = 7 + i % 2;
+            e.extracted_at_unix_ms += i * 1_000;
+            e
+        })
+        .collect();
+    events.push(events[3].clone()); // a duplicate inside the batch
+    events.push(event("too-many-unresolved", &[(1, 1)]));
+    events.last_mut().unwrap().unresolved = u32::MAX as usize + 1;
+    let already = events[0].clone(); // applied before the batch, on both sides
+
+    apply(&mut c1, &already, at(0), 64).await.unwrap();
+    let mut expected = Vec::new();
+    for (i, e) in events.iter().enumerate() {
+        expected.push(
+            apply(&mut c1, e, at(i as i64 + 1), 64)
+                .await
+                .map_err(|e| e.to_string()),
+        );
+    }
+
+    apply(&mut c2, &already, at(0), 64).await.unwrap();
+    let batch: Vec<(&DocIngested, Origin)> = events
+        .iter()
+        .enumerate()
+        .map(|(i, e)| (e, at(i as i64 + 1)))
+        .collect();
+    let got = apply_batch(&mut c2, &batch, 64).await.unwrap();
+
+    let outcome = |r: &Result<Applied, String>| match r {
+        Ok(a) => format!("{a:?}"),
+        Err(_) => "refused".to_string(),
+    };
+    assert_eq!(
+        got.iter().map(outcome).collect::<Vec<_>>(),
+        expected.iter().map(outcome).collect::<Vec<_>>(),
+        "the same outcome per event"
+    );
+    assert_eq!(outcome(&got[0]), "Duplicate", "applied before the batch");
+    assert_eq!(
+        outcome(&got[40]),
+        "Duplicate",
+        "its twin came first in the batch"
+    );
+    assert_eq!(outcome(&got[41]), "refused");
+    let (a, b) = (everything(&one.url).await, everything(&batched.url).await);
+    assert!(
+        a.len() > 100,
+        "the comparison has rows to compare: {}",
+        a.len()
+    );
+    assert_eq!(b, a, "the tables as one by one leaves them");
+}
+
+/// A batch PostgreSQL refuses for one event's values (a time it cannot represent) writes nothing
+/// and says it is permanent, so the worker applies that batch one by one and skips that event
+/// alone (`worker::apply_until_done`).
+#[tokio::test]
+async fn a_batch_the_database_refuses_writes_nothing_and_is_permanent() {
+    let db = TestDb::new().await;
+    let pool = lab_db::hot_path_pool(&db.url, "test", 1, None, lab_db::Superuser::Allow).unwrap();
+    let mut client = pool.get().await.unwrap();
+    let good = event("good", &[(1, 1), (2, 1)]);
+    let mut bad = event("bad", &[(1, 1)]);
+    bad.extracted_at_unix_ms = i64::MAX;
+    let at = Origin {
+        partition: 0,
+        offset: 0,
+    };
+    let err = apply_batch(&mut client, &[(&good, at), (&bad, at)], 64)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, ApplyError::Permanent(_)),
+        "refused for its values, not retryable: {err}"
+    );
+    assert!(everything(&db.url).await.is_empty(), "nothing written");
+    assert_eq!(
+        apply(&mut client, &good, at, 64).await.unwrap(),
+        Applied::New
+    );
+    assert!(matches!(
+        apply(&mut client, &bad, at, 64).await,
+        Err(ApplyError::Permanent(_))
+    ));
 }

@@ -142,6 +142,11 @@ fn event(i: usize) -> DocIngested {
 /// Publish events `range`, one per batch (exact watermarks on tansu, see lab_kafka::lag), and wait
 /// until the broker has them all.
 async fn publish(brokers: &str, topic: &str, range: std::ops::Range<usize>) {
+    publish_events(brokers, topic, range.map(event)).await
+}
+
+/// Publish `events` as [`publish`] does.
+async fn publish_events(brokers: &str, topic: &str, events: impl IntoIterator<Item = DocIngested>) {
     let registry = prometheus::Registry::new();
     let p = EventProducer::new(
         &ProducerSettings {
@@ -157,8 +162,7 @@ async fn publish(brokers: &str, topic: &str, range: std::ops::Range<usize>) {
     )
     .unwrap()
     .unwrap();
-    for i in range {
-        let e = event(i);
+    for e in events {
         p.publish(&e.doc_id, &serde_json::to_vec(&e).unwrap(), &[]);
     }
     let t0 = Instant::now();
@@ -226,6 +230,44 @@ impl Setup {
             &self.ns,
         )
     }
+}
+
+/// Issue 29: a worker writes what has arrived in batches (one transaction each, not one per
+/// event), and an event PostgreSQL refuses for its values is skipped alone: the batch it came in
+/// is applied one by one. Fails with `enrich.batch_max_events = 1` (as many transactions as
+/// events) and if the refused batch were skipped whole (rows missing).
+#[tokio::test]
+async fn a_worker_writes_in_batches_and_skips_only_the_event_the_database_refuses() {
+    let s = setup().await;
+    const N: usize = 400;
+    let mut events: Vec<DocIngested> = (0..N).map(event).collect();
+    let mut bad = event(N);
+    bad.extracted_at_unix_ms = i64::MAX; // a time PostgreSQL cannot represent
+    events.insert(N / 2, bad);
+    publish_events(&s.brokers, &s.topic, events).await;
+    let w = s.worker();
+    let (rows, entity_docs) = wait_rows(&s.db.url, N as i64, Duration::from_secs(60)).await;
+    assert_eq!(
+        (rows, entity_docs),
+        (N as i64, N as i64),
+        "every good event once"
+    );
+    let invalid = w
+        .wait_metric(
+            "enrichment_events_total",
+            "outcome=\"invalid\"",
+            1.0,
+            Duration::from_secs(10),
+        )
+        .await;
+    assert_eq!(invalid, 1.0, "the refused event, and only it, skipped");
+    let written = w.metric("enrichment_batch_events_sum", "").await;
+    let transactions = w.metric("enrichment_batch_events_count", "").await;
+    assert_eq!(written, (N + 1) as f64, "every event went through a batch");
+    assert!(
+        transactions * 4.0 <= written,
+        "{transactions} batches for {written} events: not batched"
+    );
 }
 
 #[tokio::test]
