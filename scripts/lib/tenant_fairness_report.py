@@ -10,6 +10,9 @@
 import json
 import sys
 
+# Issue 28: tenant B's goodput while tenant A sends huge documents, with the controls on.
+BOUND_PCT = 99.0
+
 
 def refusals(codes):
     """'503 concurrency_limited 115, ...' for every answer but 200, biggest first."""
@@ -60,9 +63,15 @@ def main():
     for flag in ("on", "off"):
         mine = [r["B"]["ok_pct"] for r in runs if r["flag"] == flag]
         if mine:
+            # The bound is the controls' promise; with them off the runs are the comparison.
+            if flag == "on":
+                held = "held" if min(mine) >= BOUND_PCT else "NOT held"
+                why = f"issue 28's bound, ≥ {BOUND_PCT:g}% in every run: {held}"
+            else:
+                why = "first come, first served: the comparison, no bound"
             out.append(
                 f"- `{flag}`: tenant B answered 200 in {min(mine):.1f}–{max(mine):.1f}% of its "
-                f"requests over {len(mine)} run(s) (issue 28's bound: ≥ 99% with the controls on)."
+                f"requests over {len(mine)} run(s) ({why})."
             )
     print("\n".join(out))
 
