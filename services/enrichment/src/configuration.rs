@@ -35,6 +35,7 @@ pub struct KafkaSettings {
     pub max_poll_interval_ms: u64,
     pub lag_interval_ms: u64,
     pub fetch_wait_max_ms: u64,
+    pub fetch_min_bytes: u32,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -84,6 +85,11 @@ impl Settings {
              socket timeout, 60 s, would be taken for a dead broker)"
         );
         anyhow::ensure!(
+            (1..=1_048_576).contains(&self.kafka.fetch_min_bytes),
+            "kafka.fetch_min_bytes must be 1..=1048576 (at most a MiB: more than any batch the \
+             lab's producers make before fetch_wait_max_ms ends the wait)"
+        );
+        anyhow::ensure!(
             self.enrich.max_entities_for_pairs >= 2,
             "enrich.max_entities_for_pairs must be at least 2 (a pair)"
         );
@@ -121,27 +127,48 @@ mod tests {
         assert!(err.contains("LAB_KAFKA__BROKERS"), "{err}");
     }
 
+    /// Each bounded setting refuses a value past its bound, naming the setting: a batch of
+    /// nothing or without bound, a fetch that never waits or waits past librdkafka's socket
+    /// timeout (60 s, a dead broker to it), a fetch waiting for more than a MiB.
     #[test]
-    fn an_empty_or_unbounded_batch_is_refused() {
-        for (key, bad) in [
-            ("LAB_ENRICH__BATCH_MAX_EVENTS", "0"),
-            ("LAB_ENRICH__BATCH_MAX_EVENTS", "10001"),
-            ("LAB_ENRICH__BATCH_LINGER_MS", "1001"),
+    fn settings_out_of_their_range_are_refused() {
+        for (key, bad, named) in [
+            (
+                "LAB_ENRICH__BATCH_MAX_EVENTS",
+                "0",
+                "enrich.batch_max_events",
+            ),
+            (
+                "LAB_ENRICH__BATCH_MAX_EVENTS",
+                "10001",
+                "enrich.batch_max_events",
+            ),
+            (
+                "LAB_ENRICH__BATCH_LINGER_MS",
+                "1001",
+                "enrich.batch_linger_ms",
+            ),
+            (
+                "LAB_KAFKA__FETCH_WAIT_MAX_MS",
+                "0",
+                "kafka.fetch_wait_max_ms",
+            ),
+            (
+                "LAB_KAFKA__FETCH_WAIT_MAX_MS",
+                "60000",
+                "kafka.fetch_wait_max_ms",
+            ),
+            ("LAB_KAFKA__FETCH_MIN_BYTES", "0", "kafka.fetch_min_bytes"),
+            (
+                "LAB_KAFKA__FETCH_MIN_BYTES",
+                "1048577",
+                "kafka.fetch_min_bytes",
+            ),
         ] {
             let env = [(key.to_string(), bad.to_string())];
             let s: Settings = lab_core::config::load_from("enrichment", DEFAULTS, env).unwrap();
             let err = s.validate().unwrap_err().to_string();
-            assert!(err.contains("enrich.batch_"), "{key}={bad}: {err}");
-        }
-    }
-
-    #[test]
-    fn a_fetch_wait_of_zero_or_past_the_socket_timeout_is_refused() {
-        for bad in ["0", "60000"] {
-            let env = [("LAB_KAFKA__FETCH_WAIT_MAX_MS".to_string(), bad.to_string())];
-            let s: Settings = lab_core::config::load_from("enrichment", DEFAULTS, env).unwrap();
-            let err = s.validate().unwrap_err().to_string();
-            assert!(err.contains("kafka.fetch_wait_max_ms"), "{bad}: {err}");
+            assert!(err.contains(named), "{key}={bad}: {err}");
         }
     }
 }

@@ -303,6 +303,7 @@ pub fn consumer(
         .set("session.timeout.ms", k.session_timeout_ms.to_string())
         .set("max.poll.interval.ms", k.max_poll_interval_ms.to_string())
         .set("fetch.wait.max.ms", k.fetch_wait_max_ms.to_string())
+        .set("fetch.min.bytes", k.fetch_min_bytes.to_string())
         // The log ends of the partitions this worker fetches, for the lag (WorkerContext::stats):
         // at most a second old when the lag loop reads them, a parse of a few KB of JSON a second.
         .set(
