@@ -111,7 +111,7 @@ pub async fn run(a: ChainLimitArgs, g: &Globals) -> anyhow::Result<()> {
                 out: a.out,
                 lab: a.lab,
             };
-            let keys = lab_seed::read_api_keys(&g.data_dir)?;
+            let keys = crate::seed::keys_of_this_database(g).await?;
             chain_limit::run(&cfg, &g.experiment(), keys).await?
         }
     };

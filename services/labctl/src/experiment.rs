@@ -45,19 +45,21 @@ pub enum ScenariosCommand {
 
 pub async fn run(cmd: ExperimentCommand, g: &Globals) -> anyhow::Result<()> {
     let keys = || lab_seed::read_api_keys(&g.data_dir);
+    // The verbs that start native labs of this database: their keys must be its keys.
+    let own_keys = || crate::seed::keys_of_this_database(g);
     let eg = g.experiment();
     match cmd {
         ExperimentCommand::Gameday(args) => {
             lab_experiment::run(&args, &eg, &g.state_dir, keys()?).await?;
             Ok(())
         }
-        ExperimentCommand::Replay(args) => replay::run(&args, &eg, keys()?).await,
+        ExperimentCommand::Replay(args) => replay::run(&args, &eg, own_keys().await?).await,
         ExperimentCommand::Ablate(args) if args.list => {
             ablate::list();
             Ok(())
         }
-        ExperimentCommand::Ablate(args) => ablate::run(&args, &eg, keys()?).await,
-        ExperimentCommand::Map(args) => map::run(&args, &eg, keys()?).await,
+        ExperimentCommand::Ablate(args) => ablate::run(&args, &eg, own_keys().await?).await,
+        ExperimentCommand::Map(args) => map::run(&args, &eg, own_keys().await?).await,
         ExperimentCommand::Scenarios {
             command: ScenariosCommand::Check(args),
         } => smoke::check(&args, &eg, keys()?).await,

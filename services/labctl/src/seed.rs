@@ -85,8 +85,49 @@ enum Seeded {
     No,
 }
 
-async fn seeded(database_url: &str, data_dir: &std::path::Path) -> anyhow::Result<Seeded> {
+/// How many of `keys` are the database's own (key id and secret's hash).
+async fn matching_keys(
+    conn: &mut sqlx::PgConnection,
+    keys: &[lab_seed::ApiKeyRecord],
+) -> anyhow::Result<usize> {
     use sha2::{Digest, Sha256};
+    let stored: std::collections::HashMap<String, Vec<u8>> =
+        sqlx::query_as::<_, (String, Vec<u8>)>("SELECT key_id, key_sha256 FROM api_keys")
+            .fetch_all(conn)
+            .await?
+            .into_iter()
+            .collect();
+    Ok(keys
+        .iter()
+        .filter(|k| {
+            stored
+                .get(&k.key_id)
+                .is_some_and(|h| h.as_slice() == Sha256::digest(k.api_key.as_bytes()).as_slice())
+        })
+        .count())
+}
+
+/// The seed's API keys for a run on a native lab of this database, refused unless every one is
+/// the database's: with another checkout's keys every request is answered 401, and a run
+/// measures nothing for minutes (seen: a chain-limit run, 6 minutes of 401s, after a fresh
+/// clone's `scripts/lab.sh` had reseeded the shared database).
+pub async fn keys_of_this_database(g: &Globals) -> anyhow::Result<Vec<lab_seed::ApiKeyRecord>> {
+    let keys = lab_seed::read_api_keys(&g.data_dir)?;
+    let mut conn = lab_db::connect(&g.database_url).await?;
+    let matching = matching_keys(&mut conn, &keys).await?;
+    anyhow::ensure!(
+        matching == keys.len() && !keys.is_empty(),
+        "only {matching} of the {} API keys in {} are the keys of {} (another checkout reseeded \
+         it?): every request would be refused 401. Pass --data-dir of the checkout that seeded it, \
+         or reseed: labctl seed --force",
+        keys.len(),
+        g.data_dir.join("api-keys.json").display(),
+        g.database_url
+    );
+    Ok(keys)
+}
+
+async fn seeded(database_url: &str, data_dir: &std::path::Path) -> anyhow::Result<Seeded> {
     lab_db::prepare(database_url).await?;
     let mut conn = lab_db::connect(database_url).await?;
     let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM (SELECT 1 FROM entities LIMIT 1) t")
@@ -99,21 +140,8 @@ async fn seeded(database_url: &str, data_dir: &std::path::Path) -> anyhow::Resul
     if !files {
         return Ok(Seeded::DatabaseOnly);
     }
-    let stored: std::collections::HashMap<String, Vec<u8>> =
-        sqlx::query_as::<_, (String, Vec<u8>)>("SELECT key_id, key_sha256 FROM api_keys")
-            .fetch_all(&mut conn)
-            .await?
-            .into_iter()
-            .collect();
     let keys = lab_seed::read_api_keys(data_dir)?;
-    let matching = keys
-        .iter()
-        .filter(|k| {
-            stored
-                .get(&k.key_id)
-                .is_some_and(|h| h.as_slice() == Sha256::digest(k.api_key.as_bytes()).as_slice())
-        })
-        .count();
+    let matching = matching_keys(&mut conn, &keys).await?;
     Ok(if matching == keys.len() && !keys.is_empty() {
         Seeded::Both
     } else {
@@ -122,4 +150,67 @@ async fn seeded(database_url: &str, data_dir: &std::path::Path) -> anyhow::Resul
             keys: keys.len(),
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use testkit::{fixtures, TestDb};
+
+    fn globals(db: &TestDb, data_dir: &std::path::Path) -> Globals {
+        Globals {
+            database_url: db.url.clone(),
+            state_dir: data_dir.join("state"),
+            redis_url: "redis://127.0.0.1:6379".into(),
+            data_dir: data_dir.to_path_buf(),
+        }
+    }
+
+    fn write_keys(dir: &std::path::Path, keys: &[&fixtures::TenantKey]) {
+        let records: Vec<lab_seed::ApiKeyRecord> = keys
+            .iter()
+            .map(|k| lab_seed::ApiKeyRecord {
+                tenant_id: k.tenant_id,
+                key_id: k.key_id.clone(),
+                api_key: k.api_key.clone(),
+                entities: 1,
+            })
+            .collect();
+        std::fs::write(
+            dir.join("api-keys.json"),
+            serde_json::to_vec(&records).unwrap(),
+        )
+        .unwrap();
+    }
+
+    /// A run on a native lab refuses another checkout's keys before it starts, with what to do,
+    /// instead of minutes of 401s; the database's own keys pass.
+    #[tokio::test]
+    async fn a_run_refuses_keys_that_are_not_the_databases() {
+        let db = TestDb::new().await;
+        let (one, two) = (
+            fixtures::tenant_with_key(&db.url, 1).await,
+            fixtures::tenant_with_key(&db.url, 2).await,
+        );
+        let dir = std::env::temp_dir().join(testkit::unique_name("labctl-keys"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let g = globals(&db, &dir);
+
+        write_keys(&dir, &[&one, &two]);
+        assert_eq!(keys_of_this_database(&g).await.unwrap().len(), 2);
+
+        // Same key id, another secret: a key of another seeding.
+        let (head, last) = two.api_key.split_at(two.api_key.len() - 1);
+        let stale = fixtures::TenantKey {
+            api_key: format!("{head}{}", if last == "0" { "1" } else { "0" }),
+            ..two.clone()
+        };
+        write_keys(&dir, &[&one, &stale]);
+        let err = keys_of_this_database(&g).await.unwrap_err().to_string();
+        assert!(
+            err.contains("only 1 of the 2 API keys") && err.contains("--data-dir"),
+            "{err}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
