@@ -240,23 +240,23 @@ async fn the_real_trigger_storms_the_legacy_lab_and_the_fixed_one_absorbs_it() {
     // (second:sent/ok/good), so one CI run says which part of the picture did not hold.
     let checks = [
         // The storm still happens in legacy mode (the lab must not quietly heal)... At 1.5x the
-        // capacity the fixed client must shed a third of the load at least; the legacy one loses
-        // most of it once its callers' budgets run out: 15 points apart in the steady state.
+        // capacity no server can answer a third of the load; the legacy client loses most of it
+        // once its callers' budgets run out: past that third by 10 points, and more than the fix.
+        // Not by a margin over the fix: the fix itself sheds about half at 1.5x (issue 27's harm),
+        // and a 15-point margin over it read 0.65 vs 0.50 once in CI under the other tests' load
+        // (0.78 vs 0.51 and 0.75 vs 0.49 alone). What tells the bug from the fix is the goodput
+        // and the orphaned work below (a legacy run on the fixed client fails both).
         (
-            legacy.steady_failed() >= fixed.steady_failed() + 0.15,
+            legacy.steady_failed() > fixed.steady_failed()
+                && legacy.steady_failed() >= (1.0 - 1.0 / OVERLOAD) + 0.10,
             format!(
-                "legacy fails far more in the steady state: {:.2} vs {:.2}",
+                "legacy fails past the third no server can answer, and more than the fix, in the \
+                 steady state: {:.2} vs {:.2} (the third: {:.2})",
                 legacy.steady_failed(),
-                fixed.steady_failed()
+                fixed.steady_failed(),
+                1.0 - 1.0 / OVERLOAD
             ),
         ),
-        // ...and leaves work running for callers already gone: the postmortem's mechanism, in
-        // counts. How much of entity-service's work that is varies from run to run (3% to 77% of
-        // its handler seconds over eleven runs on 2 cores, the CI failure at c6d5286 read 19%
-        // against a 20% threshold): the low runs are those whose legacy series climbs back
-        // within the 10 s (in the 3% run 24 answers at second 3, 468 at second 9), and late work
-        // stops with the backlog. A share threshold measured that race, not the bug. The share
-        // is printed; the claim is that the mechanism is there, and does more than the fix.
         (
             legacy.orphaned_handlers > 0.0
                 && legacy.abandoned_share > fixed.abandoned_share
