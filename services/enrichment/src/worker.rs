@@ -535,6 +535,10 @@ impl Worker {
         let e = &self.settings.enrich;
         let refs: Vec<(&DocIngested, Origin)> = events.iter().map(|(ev, o)| (ev, *o)).collect();
         let mut one_by_one = false;
+        // One by one, the outcomes so far: a retry after a transient failure goes on from the
+        // first event not yet applied, so those before keep their outcome (applied, not found
+        // again as duplicates).
+        let mut done: Vec<Result<Applied, String>> = Vec::with_capacity(refs.len());
         let mut backoff = Duration::from_millis(e.retry_initial_ms);
         loop {
             let attempt = async {
@@ -542,21 +546,21 @@ impl Worker {
                 if !one_by_one {
                     return store::apply_batch(&mut client, &refs, e.max_entities_for_pairs)
                         .await
+                        .map(Some)
                         .map_err(|e| e.to_string());
                 }
-                let mut out = Vec::with_capacity(refs.len());
-                for &(event, origin) in &refs {
+                for &(event, origin) in &refs[done.len()..] {
                     match store::apply(&mut client, event, origin, e.max_entities_for_pairs).await {
-                        Ok(applied) => out.push(Ok(applied)),
-                        Err(ApplyError::Permanent(why)) => out.push(Err(why)),
-                        // Those before are applied: applied again they are duplicates.
+                        Ok(applied) => done.push(Ok(applied)),
+                        Err(ApplyError::Permanent(why)) => done.push(Err(why)),
                         Err(transient) => return Err(transient.to_string()),
                     }
                 }
-                Ok(out)
+                Ok(None)
             };
             match attempt.await {
-                Ok(outcomes) => return Some(outcomes),
+                Ok(Some(outcomes)) => return Some(outcomes),
+                Ok(None) => return Some(done),
                 Err(err) if err.starts_with("permanent: ") && !one_by_one => {
                     tracing::warn!(error = %err, events = refs.len(), "the batch was refused for some event's values; applying its events one by one");
                     one_by_one = true;
