@@ -12,15 +12,16 @@ use crate::backfill;
 use crate::remediate::{self, Remedy};
 
 /// What the database's first start does, as the superuser: the owner, its database, the
-/// services' roles (they exist before labctl migrates).
-async fn first_start(superuser: &Client, owner: &str, db: &str) {
+/// services' roles (they exist before labctl migrates). An error, not a panic: the test drops
+/// what was made either way (a panic here left the role in the cluster).
+async fn first_start(superuser: &Client, owner: &str, db: &str) -> anyhow::Result<()> {
     let stmts = [
         format!("CREATE ROLE {owner} LOGIN NOSUPERUSER NOCREATEROLE NOCREATEDB"),
         format!("GRANT pg_read_all_stats TO {owner} WITH ADMIN OPTION"),
         format!("CREATE DATABASE {db} OWNER {owner}"),
     ];
     for s in stmts {
-        superuser.batch_execute(&s).await.unwrap();
+        superuser.batch_execute(&s).await?;
     }
     for role in [
         lab_db::GATEWAY_ROLE,
@@ -32,8 +33,9 @@ async fn first_start(superuser: &Client, owner: &str, db: &str) {
             "DO $$ BEGIN CREATE ROLE {role} LOGIN; \
              EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $$"
         );
-        superuser.batch_execute(&s).await.unwrap();
+        superuser.batch_execute(&s).await?;
     }
+    Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -46,10 +48,12 @@ async fn an_owner_that_is_not_a_superuser_migrates_seeds_and_runs_the_trigger() 
         format!("lab_test_owner_{suffix}"),
     );
     let superuser = inspect::connect(&server).await.unwrap();
-    first_start(&superuser, &owner, &db).await;
-    let url = lab_db::role_url(&testkit::with_database(&server, &db), &owner, None).unwrap();
 
+    // Everything from the first start on returns its error, so the role and the database are
+    // dropped below whatever failed.
     let outcome = async {
+        first_start(&superuser, &owner, &db).await?;
+        let url = lab_db::role_url(&testkit::with_database(&server, &db), &owner, None)?;
         let data_dir = std::env::temp_dir().join(format!("lab_owner_{suffix}"));
         let args = lab_seed::SeedArgs {
             entities: 20_000,
