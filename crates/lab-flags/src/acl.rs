@@ -3,15 +3,20 @@
 //!
 //! | role | keys | channels | commands |
 //! |---|---|---|---|
-//! | [`Role::Gateway`] | `<ns>:rl:*` read and write (its rate limiter's GCRA script); `<ns>:flags` read only | `<ns>:flags:changed` | the script (`EVALSHA`, and `SCRIPT LOAD` when Redis does not have it yet, and `TIME`, `GET`, `SET` it runs), `HGETALL`, `SUBSCRIBE` |
+//! | [`Role::Gateway`] | `<ns>:rl:*` read and write (its rate limiter's GCRA function); `<ns>:flags` read only | `<ns>:flags:changed` | the operator's function (`FCALL`, and `TIME`, `GET`, `SET` it runs), `HGETALL`, `SUBSCRIBE` |
 //! | [`Role::Service`] (orchestrator, entity-service, enrichment) | `<ns>:flags` read only | `<ns>:flags:changed` | `HGETALL`, `SUBSCRIBE` |
 //! | the operator (labctl) | everything | everything | everything: flags are set by `labctl flags set` |
 //!
-//! `EVAL` is not granted: the redis crate runs the limiter's script by its hash (`EVALSHA`) and
-//! loads it (`SCRIPT LOAD`) only when Redis answers NOSCRIPT. A gateway taken over can still load
-//! a script of its own and run it: bounded by these rules in what it reads and writes, not in the
-//! CPU it takes from Redis (a Redis function loaded by the operator, called with `FCALL`, would
-//! bound that too).
+//! No code of the gateway's own runs in Redis: the limiter is a Redis function
+//! ([`RATELIMIT_LIBRARY`], `crates/lab-flags/redis/ratelimit.lua`) that the operator loads
+//! ([`load_functions`], with the users) and the gateway may only call (`FCALL`). `EVAL`,
+//! `EVALSHA`, `SCRIPT LOAD` and `FUNCTION LOAD` are refused it, so a gateway taken over runs
+//! nothing in Redis but the GCRA on its own keys: bounded in what it reads and writes and in the
+//! CPU each call takes (issue 28; before, it could `SCRIPT LOAD` a loop of its own). A Redis
+//! that restarted without the function (no persistence) answers the gateway's call with an
+//! error, and the gateway limits locally until the operator loads it again (`labctl fault start
+//! redis` does; in docker-compose.yml and the kind overlay the Redis container loads it at every
+//! start and is not healthy until it has).
 //!
 //! So an internet-facing gateway taken over can spend its own rate-limit keys, and cannot set
 //! `fault.entity.black_hole` fleet-wide, `FLUSHALL`, `CONFIG SET` or `SHUTDOWN` the store.
@@ -29,6 +34,15 @@
 //! each role may do, not a locked-down server.
 
 use anyhow::Context;
+
+/// The Redis function library the gateway's rate limiter calls (`#!lua name=retry_storm_lab`):
+/// the operator loads it, the gateway's user may only `FCALL` it. docker-compose.yml mounts this
+/// file; the kind overlay carries a copy (`crates/lab-flags/tests/deploy_acl.rs` checks it).
+pub const RATELIMIT_LIBRARY: &str = include_str!("../redis/ratelimit.lua");
+
+/// The function of [`RATELIMIT_LIBRARY`] the gateway calls: `FCALL lab_gcra 1 <key> <interval
+/// µs> <burst>`, answering `{allowed, retry_after_us}`.
+pub const RATELIMIT_FUNCTION: &str = "lab_gcra";
 
 /// Whose user.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -73,8 +87,7 @@ pub fn rules(namespace: &str, role: Role) -> Vec<String> {
     if role == Role::Gateway {
         r.extend([
             format!("~{namespace}:rl:*"),
-            "+evalsha".to_string(),
-            "+script|load".to_string(),
+            "+fcall".to_string(),
             "+time".to_string(),
             "+get".to_string(),
             "+set".to_string(),
@@ -104,8 +117,9 @@ pub fn new_users(namespace: &str) -> Vec<User> {
 }
 
 /// Create or replace each of `users` in the Redis at `admin_url` (whose user may run `ACL
-/// SETUSER`: the default user natively).
+/// SETUSER`: the default user natively), and load the function they call ([`load_functions`]).
 pub async fn apply(admin_url: &str, namespace: &str, users: &[User]) -> anyhow::Result<()> {
+    load_functions(admin_url).await?;
     let mut c = admin(admin_url).await?;
     for u in users {
         let _: () = redis::cmd("ACL")
@@ -119,6 +133,21 @@ pub async fn apply(admin_url: &str, namespace: &str, users: &[User]) -> anyhow::
             .await
             .with_context(|| format!("ACL SETUSER {} (Redis 7 or later is needed)", u.name))?;
     }
+    Ok(())
+}
+
+/// Load (or replace with this build's) [`RATELIMIT_LIBRARY`] into the Redis at `admin_url`, whose
+/// user may run `FUNCTION LOAD`. Functions are the server's, not a namespace's: every lab on one
+/// Redis calls the same library, and loading it again is harmless.
+pub async fn load_functions(admin_url: &str) -> anyhow::Result<()> {
+    let mut c = admin(admin_url).await?;
+    let _: String = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("REPLACE")
+        .arg(RATELIMIT_LIBRARY)
+        .query_async(&mut c)
+        .await
+        .context("FUNCTION LOAD of the rate limiter's library (Redis 7 or later is needed)")?;
     Ok(())
 }
 

@@ -10,15 +10,15 @@ fn namespace() -> String {
 }
 
 /// `Ok(())` or the error code Redis answered with (`NOPERM` for an ACL refusal).
-async fn run(url: &str, args: &[&str]) -> Result<(), String> {
+async fn run<S: AsRef<str>>(url: &str, args: &[S]) -> Result<(), String> {
     let client = redis::Client::open(url).unwrap();
     let mut c = client
         .get_multiplexed_async_connection()
         .await
         .map_err(|e| format!("connect: {e}"))?;
-    let mut cmd = redis::cmd(args[0]);
+    let mut cmd = redis::cmd(args[0].as_ref());
     for a in &args[1..] {
-        cmd.arg(*a);
+        cmd.arg(a.as_ref());
     }
     cmd.query_async::<redis::Value>(&mut c)
         .await
@@ -26,10 +26,8 @@ async fn run(url: &str, args: &[&str]) -> Result<(), String> {
         .map_err(|e| e.code().unwrap_or("no code").to_string())
 }
 
-/// The limiter's script shape: `TIME`, then `GET` and `SET` of its one key.
-const SCRIPT: &str = "local t = redis.call('TIME') \
-    redis.call('SET', KEYS[1], t[1], 'PX', 1000) \
-    return redis.call('GET', KEYS[1])";
+/// Any script at all: the gateway may run none of its own.
+const SCRIPT: &str = "return redis.call('TIME')";
 
 #[tokio::test]
 async fn each_role_does_its_work_and_is_refused_the_rest() {
@@ -88,25 +86,39 @@ async fn each_role_does_its_work_and_is_refused_the_rest() {
             "{who} wrote a flag through the store"
         );
     }
-    // The gateway's limiter, as the redis crate runs it: by hash, loading it on NOSCRIPT; on its
-    // own keys, not on the flags; never EVAL (not needed, not granted).
+    // The gateway's limiter is the operator's function (loaded by acl::apply), called on the
+    // gateway's own keys, not on the flags; no code of the gateway's own: no script loaded, run by
+    // hash or sent whole, no function loaded, replaced or deleted.
+    let fcall =
+        |key: &str| ["FCALL", acl::RATELIMIT_FUNCTION, "1", key, "100000", "5"].map(String::from);
+    assert_eq!(
+        run(&gateway, &fcall(&rl)).await,
+        Ok(()),
+        "the gateway's rate-limit function"
+    );
+    assert_eq!(
+        run(&gateway, &fcall(&flags)).await,
+        Err("NOPERM".to_string())
+    );
     let sha = redis::Script::new(SCRIPT).get_hash().to_string();
-    assert_eq!(run(&gateway, &["SCRIPT", "LOAD", SCRIPT]).await, Ok(()));
-    let ok = run(&gateway, &["EVALSHA", &sha, "1", &rl]).await;
-    assert_eq!(ok, Ok(()), "the gateway's rate-limit script");
-    assert_eq!(
-        run(&gateway, &["EVALSHA", &sha, "1", &flags]).await,
-        Err("NOPERM".to_string())
-    );
-    assert_eq!(
-        run(&gateway, &["EVAL", SCRIPT, "1", &rl]).await,
-        Err("NOPERM".to_string())
-    );
+    let own_code: &[&[&str]] = &[
+        &["SCRIPT", "LOAD", SCRIPT],
+        &["EVALSHA", &sha, "1", &rl],
+        &["EVAL", SCRIPT, "1", &rl],
+        &["FUNCTION", "LOAD", "REPLACE", acl::RATELIMIT_LIBRARY],
+        &["FUNCTION", "DELETE", "retry_storm_lab"],
+        &["FUNCTION", "FLUSH"],
+    ];
+    for args in own_code {
+        assert_eq!(
+            run(&gateway, args).await,
+            Err("NOPERM".to_string()),
+            "the gateway must be refused {:?}",
+            &args[..2]
+        );
+    }
     // A service has no business with the rate limiter.
-    assert_eq!(
-        run(&service, &["EVALSHA", &sha, "1", &rl]).await,
-        Err("NOPERM".to_string())
-    );
+    assert_eq!(run(&service, &fcall(&rl)).await, Err("NOPERM".to_string()));
     assert_eq!(
         operator
             .read_all()

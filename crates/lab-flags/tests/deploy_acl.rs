@@ -256,3 +256,87 @@ fn quoted_words_read_as_yaml_does() {
     assert_eq!(scalar(r#""""#, ""), "");
     assert_eq!(scalar("resetkeys  # comment", ""), "resetkeys");
 }
+
+/// The folded (`>-`) item that follows `- -c` in `text`: the Redis container's shell command,
+/// its lines joined by spaces as YAML folds them.
+fn shell_command(path: &Path, text: &str) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    let at = lines
+        .windows(2)
+        .position(|w| w[0].trim() == "- -c" && w[1].trim() == "- >-")
+        .unwrap_or_else(|| panic!("{}: no `- -c` followed by `- >-`", path.display()));
+    let indent = |l: &str| l.len() - l.trim_start().len();
+    let item = indent(lines[at + 1]);
+    lines[at + 2..]
+        .iter()
+        .take_while(|l| indent(l) > item && !l.trim().is_empty())
+        .map(|l| l.trim())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The gateway's user may only call the operator's function, so both deployments' Redis must
+/// load it (the library the code was built with) before it reports ready, with one loader text.
+#[test]
+fn both_deployments_load_the_gateways_function_before_redis_is_ready() {
+    let library = lab_flags::acl::RATELIMIT_LIBRARY;
+    assert!(library.starts_with("#!lua name=retry_storm_lab\n"));
+    assert!(library.contains(&format!(
+        "redis.register_function('{}', ",
+        lab_flags::acl::RATELIMIT_FUNCTION
+    )));
+    let (_, kind_copy) = repo_file("k8s/overlays/kind/redis/ratelimit.lua");
+    assert!(
+        kind_copy == library,
+        "k8s/overlays/kind/redis/ratelimit.lua differs from crates/lab-flags/redis/ratelimit.lua \
+         (cp the second over the first)"
+    );
+    let (_, kustomization) = repo_file("k8s/overlays/kind/kustomization.yaml");
+    assert!(
+        kustomization.contains("- name: redis-functions\n    files:\n      - redis/ratelimit.lua")
+    );
+
+    let mut loaders = Vec::new();
+    for (rel, mount) in [
+        (
+            "docker-compose.yml",
+            "./crates/lab-flags/redis/ratelimit.lua:/etc/redis-functions/ratelimit.lua:ro",
+        ),
+        (
+            "k8s/overlays/kind/redis.yaml",
+            "{name: functions, mountPath: /etc/redis-functions, readOnly: true}",
+        ),
+    ] {
+        let (path, text) = repo_file(rel);
+        assert!(
+            text.contains(mount),
+            "{}: the library is not mounted",
+            path.display()
+        );
+        let loader = shell_command(&path, &text);
+        for part in [
+            "until redis-cli --no-auth-warning --user lab-operator -x FUNCTION LOAD REPLACE < \
+             /etc/redis-functions/ratelimit.lua",
+            "grep -qx retry_storm_lab",
+            "exec docker-entrypoint.sh \"$$@\"",
+        ] {
+            assert!(
+                loader.contains(part),
+                "{}: the loader lacks {part:?}",
+                path.display()
+            );
+        }
+        let probe = "redis-cli --no-auth-warning --user lab-operator FUNCTION LIST LIBRARYNAME \
+                     retry_storm_lab | grep -qx retry_storm_lab";
+        assert!(
+            text.contains(probe),
+            "{}: Redis is ready before the function is loaded",
+            path.display()
+        );
+        loaders.push(loader);
+    }
+    assert_eq!(
+        loaders[0], loaders[1],
+        "compose's and kind's loaders differ"
+    );
+}

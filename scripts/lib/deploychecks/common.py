@@ -76,6 +76,9 @@ REDIS_OPERATOR = "lab-operator"
 REDIS_USER = {"edge-gateway": "lab-gateway", "orchestrator": "lab-service", "entity-service": "lab-service",
               "enrichment": "lab-service"}
 REDIS_USERS = {REDIS_OPERATOR} | set(REDIS_USER.values())
+# Redis's probe: up, and the gateway's rate-limit function loaded (its library's name listed; the
+# gateway's user may only call it). redis-cli exits 0 on an error reply: the probe greps the name.
+LIBRARY_LOADED = "FUNCTION LIST LIBRARYNAME retry_storm_lab | grep -qx retry_storm_lab"
 # The Redis URLs a service reads (the gateway's rate limiter has its own).
 REDIS_URL_VARS = ("LAB_FLAGS__REDIS_URL", "LAB_RATELIMIT__REDIS_URL")
 

@@ -13,6 +13,7 @@ from .common import (
     ADMIN_PORT,
     COMPOSE_TARGETS,
     DB_ROLE,
+    LIBRARY_LOADED,
     OWNER_ROLE,
     REDIS_OPERATOR,
     REDIS_URL_VARS,
@@ -62,8 +63,9 @@ def check_compose_redis(svcs, envs):
             pw[u] = words[1][1:]
     test = " ".join(map(str, (redis.get("healthcheck") or {}).get("test", [])))
     hu = re.search(r"--user (\S+)", test)
-    if not hu or "PONG" not in test:
-        fail(f"{where}: the healthcheck must log in (--user) and look for PONG (redis-cli exits 0 on NOAUTH): {test!r}")
+    if not hu or LIBRARY_LOADED not in test:
+        fail(f"{where}: the healthcheck must log in (--user) and look for the gateway's function "
+             f"({LIBRARY_LOADED!r}; redis-cli exits 0 on NOAUTH): {test!r}")
     elif envs["redis"].get("REDISCLI_AUTH") != pw.get(hu.group(1)) and f"--pass {pw.get(hu.group(1))}" not in interpolate(test):
         fail(f"{where}: the healthcheck's password (REDISCLI_AUTH) is not {hu.group(1)}'s")
     n = 0

@@ -10,6 +10,7 @@ from .common import (
     ADMIN_PORT,
     API_PORT,
     DB_ROLE,
+    LIBRARY_LOADED,
     OWNER_ROLE,
     REDIS_OPERATOR,
     REDIS_SECRET,
@@ -185,7 +186,8 @@ def check_kind_database(docs):
 
 def check_kind_redis(docs):
     """The kind Redis: no default user, each role's user with its password from the Secret (the rule
-    words are crates/lab-flags/tests/deploy_acl.rs's business), a readiness probe that logs in."""
+    words are crates/lab-flags/tests/deploy_acl.rs's business), a readiness probe that logs in and
+    finds the gateway's rate-limit function loaded (the loader's text is deploy_acl.rs's too)."""
     dep = [d for d in docs if d.get("kind") == "Deployment" and d["metadata"]["name"] == "redis"]
     if not dep:
         fail("kind: no Deployment/redis")
@@ -208,8 +210,9 @@ def check_kind_redis(docs):
             fail(f"{where}: {m.group(1)} must come from Secret {REDIS_SECRET} key {u}")
     probe = " ".join(map(str, ((c.get("readinessProbe") or {}).get("exec") or {}).get("command") or []))
     pu = re.search(r"--user (\S+)", probe)
-    if not pu or "PONG" not in probe:
-        fail(f"{where}: the readiness probe must log in (--user) and look for PONG (redis-cli exits 0 on NOAUTH): {probe!r}")
+    if not pu or LIBRARY_LOADED not in probe:
+        fail(f"{where}: the readiness probe must log in (--user) and look for the gateway's function "
+             f"({LIBRARY_LOADED!r}; redis-cli exits 0 on NOAUTH): {probe!r}")
     elif secret_key_of(env.get("REDISCLI_AUTH")) != (REDIS_SECRET, pu.group(1)):
         fail(f"{where}: REDISCLI_AUTH (the probe's password) must come from Secret {REDIS_SECRET} key {pu.group(1)}")
     sec = [d for d in docs if d.get("kind") == "Secret" and d["metadata"]["name"] == REDIS_SECRET]

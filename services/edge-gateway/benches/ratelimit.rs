@@ -26,6 +26,10 @@ fn main() {
         .build()
         .expect("runtime");
     rt.block_on(async {
+        // The operator's part: the limiter's function (the gateway only calls it).
+        lab_flags::acl::load_functions(&redis_url)
+            .await
+            .expect("loading the rate limiter's function (Redis 7 at REDIS_URL)");
         let limiter = RateLimiter::new(
             RateLimitSettings {
                 redis_url: redis_url.clone(),

@@ -1,9 +1,12 @@
 //! Per-tenant rate limiting in Redis, shared by every gateway replica.
 //!
-//! GCRA (the generic cell rate algorithm) in one Lua script, so the read-decide-write is atomic on
-//! the Redis server and every replica sees one budget per tenant. The clock is Redis's own
-//! (`TIME`), so replicas with skewed clocks still agree. A tenant may send `rate_limit_rps`
-//! requests per second on average with a burst of `burst_seconds` worth of requests.
+//! GCRA (the generic cell rate algorithm) in one Redis function, so the read-decide-write is
+//! atomic on the Redis server and every replica sees one budget per tenant. The clock is Redis's
+//! own (`TIME`), so replicas with skewed clocks still agree. A tenant may send `rate_limit_rps`
+//! requests per second on average with a burst of `burst_seconds` worth of requests. The function
+//! is the operator's ([`lab_flags::acl::RATELIMIT_LIBRARY`], loaded with the Redis users): this
+//! process only calls it (`FCALL`), and its Redis user may run no code of its own (issue 28).
+//! Until the operator has loaded it, every call fails and the local buckets below decide.
 //!
 //! **When Redis is down or slow, each replica limits on its own** (issue 28): the same GCRA over
 //! a per-tenant bucket in this process, at the tenant's plan divided by `fallback_replicas` (the
@@ -24,25 +27,6 @@ use std::time::Duration;
 use prometheus::{IntCounter, IntCounterVec};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
-
-/// Atomic GCRA. KEYS[1]: the tenant's key. ARGV[1]: emission interval T in microseconds (one
-/// request's share of a second). ARGV[2]: burst, in requests. Returns {allowed, retry_after_us}.
-/// Numbers stay below 2^53 microseconds, exact in Lua's doubles; they are written with `%.0f`
-/// because `tostring` would switch to exponent notation and lose precision.
-const GCRA: &str = r#"
-local interval = tonumber(ARGV[1])
-local tolerance = (tonumber(ARGV[2]) - 1) * interval
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local tat = tonumber(redis.call('GET', KEYS[1]) or now)
-if tat < now then tat = now end
-if tat - now > tolerance then
-  return {0, math.floor(tat - now - tolerance)}
-end
-local new_tat = tat + interval
-redis.call('SET', KEYS[1], string.format('%.0f', new_tat), 'PX', math.ceil((new_tat - now) / 1000) + 1)
-return {1, 0}
-"#;
 
 /// What the limiter decided for one request.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -136,7 +120,6 @@ impl LocalBuckets {
 pub struct RateLimiter {
     client: redis::Client,
     conn: Mutex<Option<redis::aio::MultiplexedConnection>>,
-    script: redis::Script,
     settings: RateLimitSettings,
     local: LocalBuckets,
     decisions: IntCounterVec,
@@ -165,7 +148,6 @@ impl RateLimiter {
         Ok(Arc::new(Self {
             client,
             conn: Mutex::new(None),
-            script: redis::Script::new(GCRA),
             settings,
             local: LocalBuckets::default(),
             decisions,
@@ -189,11 +171,24 @@ impl RateLimiter {
                 retry_after: Duration::from_micros(retry_us.max(0) as u64),
             },
             failed => {
-                if let Ok(Err(e)) = failed {
-                    tracing::warn!(error = %e, "rate limiter: Redis failed; limiting locally");
+                // A reply with an error code came over a working connection: keep it. Anything
+                // else (a timeout, a broken connection) may be a half-dead connection: start over.
+                let answered = matches!(&failed, Ok(Err(e)) if e.code().is_some());
+                if let Ok(Err(e)) = &failed {
+                    if e.to_string().contains("Function not found") {
+                        tracing::warn!(
+                            error = %e,
+                            "rate limiter: Redis does not have the operator's function \
+                             (lab_flags::acl::load_functions loads it: labctl up, labctl fault \
+                             start redis); limiting locally"
+                        );
+                    } else {
+                        tracing::warn!(error = %e, "rate limiter: Redis failed; limiting locally");
+                    }
                 }
-                // A half-dead connection may be what made us wait: start over next time.
-                self.forget_connection();
+                if !answered {
+                    self.forget_connection();
+                }
                 match local(false) {
                     None => Decision::LocalAllowed,
                     Some(retry_after) => Decision::LocalLimited { retry_after },
@@ -237,11 +232,13 @@ impl RateLimiter {
         };
         let interval_us = 1_000_000 / u64::from(rps.max(1));
         let burst = ((f64::from(rps) * self.settings.burst_seconds).round() as u64).max(1);
-        self.script
-            .key(format!("{}:rl:{tenant}", self.settings.namespace))
+        redis::cmd("FCALL")
+            .arg(lab_flags::acl::RATELIMIT_FUNCTION)
+            .arg(1)
+            .arg(format!("{}:rl:{tenant}", self.settings.namespace))
             .arg(interval_us)
             .arg(burst)
-            .invoke_async(&mut conn)
+            .query_async(&mut conn)
             .await
     }
 }
@@ -263,6 +260,75 @@ mod tests {
             }
         });
         url
+    }
+
+    /// A Redis that has no function loaded (restarted without persistence, or the operator never
+    /// loaded it): every `FCALL` is answered `ERR Function not found`, anything else `+OK`. It
+    /// counts the connections it accepted.
+    async fn without_the_function() -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("redis://{}", listener.local_addr().unwrap());
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    while let Ok(n) = conn.read(&mut chunk).await {
+                        if n == 0 {
+                            break;
+                        }
+                        buf.extend_from_slice(&chunk[..n]);
+                        // Answer every complete command (a RESP array of bulk strings).
+                        while let Some((name, used)) = resp_command(&buf) {
+                            buf.drain(..used);
+                            let reply: &[u8] = if name.eq_ignore_ascii_case("FCALL") {
+                                b"-ERR Function not found\r\n"
+                            } else {
+                                b"+OK\r\n"
+                            };
+                            if conn.write_all(reply).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        (url, accepted)
+    }
+
+    /// The first word of the RESP command at the start of `buf`, and its length in bytes; `None`
+    /// while it is incomplete.
+    fn resp_command(buf: &[u8]) -> Option<(String, usize)> {
+        let line = |at: usize| -> Option<(&[u8], usize)> {
+            let end = buf[at..].windows(2).position(|w| w == b"\r\n")? + at;
+            Some((&buf[at..end], end + 2))
+        };
+        let (head, mut at) = line(0)?;
+        let n: usize = std::str::from_utf8(head.strip_prefix(b"*")?)
+            .ok()?
+            .parse()
+            .ok()?;
+        let mut name = String::new();
+        for i in 0..n {
+            let (len, next) = line(at)?;
+            let len: usize = std::str::from_utf8(len.strip_prefix(b"$")?)
+                .ok()?
+                .parse()
+                .ok()?;
+            if buf.len() < next + len + 2 {
+                return None;
+            }
+            if i == 0 {
+                name = String::from_utf8_lossy(&buf[next..next + len]).into_owned();
+            }
+            at = next + len + 2;
+        }
+        Some((name, at))
     }
 
     fn limiter_for(redis_url: String, fallback_replicas: u32) -> Arc<RateLimiter> {
@@ -302,6 +368,30 @@ mod tests {
                 "a decision took {took:?} against a 50 ms deadline"
             );
         }
+    }
+
+    /// A Redis without the operator's function answers each call with an error: the local bucket
+    /// decides (a burst of 10 at 10 rps, then refusals), over the one connection the first
+    /// decision made: an error reply says the connection works. Forgetting it on every failure,
+    /// as a timeout needs, reconnected for every request (12 connections for 12 decisions).
+    #[tokio::test]
+    async fn without_the_function_each_replica_limits_locally_on_one_connection() {
+        let (url, accepted) = without_the_function().await;
+        let limiter = limiter_for(url, 1);
+        let mut admitted = 0;
+        for _ in 0..12 {
+            match limiter.check(3, 10).await {
+                Decision::LocalAllowed => admitted += 1,
+                Decision::LocalLimited { .. } => {}
+                other => panic!("{other:?} from a Redis without the function"),
+            }
+        }
+        assert_eq!(admitted, 10, "the tenant's burst, no more");
+        assert_eq!(
+            accepted.load(std::sync::atomic::Ordering::SeqCst),
+            1,
+            "connections made for 12 decisions"
+        );
     }
 
     /// Redis black-holed: a tenant at 20 rps behind 2 replicas gets 10 rps from this one (a burst

@@ -232,6 +232,10 @@ impl Lab {
                 .expect("creating the lab's Redis users");
             users
         } else {
+            // The gateway's rate limiter calls the operator's function either way.
+            lab_flags::acl::load_functions(&redis_url)
+                .await
+                .expect("loading the rate limiter's Redis function");
             Vec::new()
         };
         let redis_as = |role: lab_flags::acl::Role, url: &str| match redis_users
