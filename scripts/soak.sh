@@ -7,6 +7,8 @@
 #   SOAK_CALIBRATION=<summary.json> scripts/soak.sh   # reuse a replay's/ablation's calibration
 #   SOAK_RATE=500 scripts/soak.sh        # a rate of your own
 #   SOAK_SCALE=0.1 scripts/soak.sh       # a 3-minute rehearsal of the same shape
+#   SOAK_MODE=legacy scripts/soak.sh     # the buggy client at the same rate: what the fix is
+#                                        # compared with (issue 27's "no harm"); no verdict
 #
 # Bounded: one open-loop run of 30 min (x SOAK_SCALE) to 127.0.0.1, on a fresh native lab that
 # is stopped at the end. Needs the release build and a seeded database (scripts/lab.sh does both).
@@ -22,6 +24,8 @@ LABCTL="$BIN/labctl"
 OUT="${SOAK_OUT:-${LAB_STATE_DIR:-.lab}/reports/soak-$(date +%s)}"
 mkdir -p "$OUT"
 
+MODE="${SOAK_MODE:-resilient}"
+[[ "$MODE" == resilient || "$MODE" == legacy ]] || { echo "SOAK_MODE: resilient or legacy, not '$MODE'" >&2; exit 2; }
 RATE="${SOAK_RATE:-}"
 if [[ -z "$RATE" ]]; then
     CAL="${SOAK_CALIBRATION:-}"
@@ -36,7 +40,7 @@ if [[ -z "$RATE" ]]; then
     say "rate: 0.8 x the healthy capacity in $CAL = $RATE rps"
 fi
 
-say "fresh lab, resilient mode"
+say "fresh lab, $MODE mode"
 "$LABCTL" down >/dev/null 2>&1 || true
 trap '"$LABCTL" down >/dev/null 2>&1 || true' EXIT
 "$LABCTL" up --kafka "${KAFKA_BOOTSTRAP:-127.0.0.1:9092}" > "$OUT/up.log" 2>&1 || { cat "$OUT/up.log"; exit 1; }
@@ -55,11 +59,11 @@ fi
 say "soak: $RATE rps, $(python3 -c "print(round(1800*$SCALE))") s (progress: tail -f $OUT/gameday.log)"
 # --strict: the 5xx expectation fails the soak, but the report below is written either way.
 rc=0
-"$LABCTL" gameday "$SC" --mode resilient --rate "$RATE" --out "$OUT/run" --strict > "$OUT/gameday.log" 2>&1 || rc=$?
+"$LABCTL" gameday "$SC" --mode "$MODE" --rate "$RATE" --out "$OUT/run" --strict > "$OUT/gameday.log" 2>&1 || rc=$?
 [[ -f "$OUT/run/summary.json" ]] || { tail -n 40 "$OUT/gameday.log"; exit 1; }
 
 say "every replica from the first minute to the last"
-python3 "$HERE/lib/soak_report.py" "$OUT/run" "$RATE" > "$OUT/soak.md"
+python3 "$HERE/lib/soak_report.py" "$OUT/run" "$RATE" "$MODE" > "$OUT/soak.md"
 cat "$OUT/soak.md"
 say "report: $OUT/soak.md ($OUT/run/report.html)"
 ((rc == 0)) || { grep -E '^- (PASS|FAIL)' "$OUT/gameday.log"; exit "$rc"; }

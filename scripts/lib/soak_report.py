@@ -3,7 +3,7 @@
 of the run to the last.
 
 Called by scripts/soak.sh after `labctl gameday load/scenarios/soak.yaml --out RUN` as
-    python3 scripts/lib/soak_report.py RUN RATE > OUT/soak.md
+    python3 scripts/lib/soak_report.py RUN RATE [MODE] > OUT/soak.md
 It reads RUN/series.jsonl (one tick per line: t and every replica's metrics) and RUN/summary.json
 (the phases, their summaries, the load's counts) and prints Markdown: per phase the 5xx share,
 gateway p99, goodput, orchestrator RSS and tasks, cache hits; per replica its RSS at the first
@@ -18,7 +18,7 @@ def at(tick, replica, name):
     return sum(v for k, v in m.items() if k == name or k.startswith(name + "{"))
 
 
-def main(run, rate):
+def main(run, rate, mode="resilient"):
     ticks = [json.loads(line) for line in open(f"{run}/series.jsonl") if line.strip()]
     replicas = sorted({r for t in ticks for r in t["replicas"] if r != "supervisor"})
     # The first minute's last tick (the LRU still filling) and the last tick under load (the
@@ -29,7 +29,7 @@ def main(run, rate):
     first = next((t for t in loaded if t["t"] >= 60), loaded[0])
     last = loaded[-1]
     mid = min(loaded, key=lambda t: abs(t["t"] - last["t"] / 2))
-    print(f"# Soak: {rate} rps for {last['t']/60:.0f} min, resilient mode\n")
+    print(f"# Soak: {rate} rps for {last['t']/60:.0f} min, {mode} mode\n")
     print("| phase | 5xx % | gateway p99 ms | goodput % | orchestrator RSS MB (max) | orchestrator tasks (max) | cache hit % |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for p in s["phases"]:
@@ -50,4 +50,4 @@ def main(run, rate):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(*sys.argv[1:4])
