@@ -39,6 +39,18 @@ def main(run, rate, mode="resilient"):
             return "—" if k not in m else f"{m[k]:.{d}f}"
 
         print(f"| {p['name']} | {f('error_5xx_pct', 2)} | {f('gateway_p99_ms', 0)} | {f('goodput_pct')} | {f('orchestrator_rss_mb_max', 0)} | {f('orchestrator_tasks_max', 0)} | {f('cache_hit_pct')} |")
+    # What the database and the machine were doing: the same rate is not the same load when the
+    # lookups are slower (dead tuples, a backlog the enrichment workers catch up on) or the
+    # replicas wait for a CPU; an A/B of two soaks is read against these rows.
+    print("\n| phase | entity-service p99 ms | lookup mean ms | dead tuples (max) | enrichment events/s | entity-service CPU wait s/s |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for p in s["phases"]:
+        m = p["summary"]
+
+        def f(k, d=1, m=m):
+            return "—" if k not in m else f"{m[k]:.{d}f}"
+
+        print(f"| {p['name']} | {f('entity_p99_ms', 0)} | {f('candidate_query_mean_ms', 2)} | {f('dead_tuples_max', 0)} | {f('enrichment_eps', 0)} | {f('entity_runqueue_wait', 2)} |")
     print(f"\n| replica | RSS MB at {first['t']/60:.0f} min | at {mid['t']/60:.0f} min | at {last['t']/60:.0f} min | change, 2nd half | tasks at {first['t']/60:.0f} min | at {last['t']/60:.0f} min |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for r in replicas:
