@@ -9,6 +9,8 @@
 #   SOAK_SCALE=0.1 scripts/soak.sh       # a 3-minute rehearsal of the same shape
 #   SOAK_MODE=legacy scripts/soak.sh     # the buggy client at the same rate: what the fix is
 #                                        # compared with (issue 27's "no harm"); no verdict
+#   KAFKA_BOOTSTRAP= scripts/soak.sh     # without Kafka (no doc.ingested, no enrichment): the
+#                                        # chain alone, without the broker's and the workers' CPU
 #
 # Bounded: one open-loop run of 30 min (x SOAK_SCALE) to 127.0.0.1, on a fresh native lab that
 # is stopped at the end. Needs the release build and a seeded database (scripts/lab.sh does both).
@@ -43,7 +45,7 @@ fi
 say "fresh lab, $MODE mode"
 "$LABCTL" down >/dev/null 2>&1 || true
 trap '"$LABCTL" down >/dev/null 2>&1 || true' EXIT
-"$LABCTL" up --kafka "${KAFKA_BOOTSTRAP:-127.0.0.1:9092}" > "$OUT/up.log" 2>&1 || { cat "$OUT/up.log"; exit 1; }
+"$LABCTL" up --kafka "${KAFKA_BOOTSTRAP-127.0.0.1:9092}" > "$OUT/up.log" 2>&1 || { cat "$OUT/up.log"; exit 1; }
 SCALE="${SOAK_SCALE:-1}"
 SC=load/scenarios/soak.yaml
 if [[ "$SCALE" != 1 ]]; then
