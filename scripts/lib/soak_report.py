@@ -18,6 +18,16 @@ def at(tick, replica, name):
     return sum(v for k, v in m.items() if k == name or k.startswith(name + "{"))
 
 
+def phase_table(phases, columns):
+    """One row per phase: each (header, summary key, decimals) column, "—" where not measured."""
+    print("| phase | " + " | ".join(h for h, _, _ in columns) + " |")
+    print("|---|" + "---:|" * len(columns))
+    for p in phases:
+        m = p["summary"]
+        cells = ("—" if k not in m else f"{m[k]:.{d}f}" for _, k, d in columns)
+        print(f"| {p['name']} | " + " | ".join(cells) + " |")
+
+
 def main(run, rate, mode="resilient"):
     ticks = [json.loads(line) for line in open(f"{run}/series.jsonl") if line.strip()]
     replicas = sorted({r for t in ticks for r in t["replicas"] if r != "supervisor"})
@@ -30,27 +40,20 @@ def main(run, rate, mode="resilient"):
     last = loaded[-1]
     mid = min(loaded, key=lambda t: abs(t["t"] - last["t"] / 2))
     print(f"# Soak: {rate} rps for {last['t']/60:.0f} min, {mode} mode\n")
-    print("| phase | 5xx % | gateway p99 ms | goodput % | orchestrator RSS MB (max) | orchestrator tasks (max) | cache hit % |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
-    for p in s["phases"]:
-        m = p["summary"]
-
-        def f(k, d=1, m=m):
-            return "—" if k not in m else f"{m[k]:.{d}f}"
-
-        print(f"| {p['name']} | {f('error_5xx_pct', 2)} | {f('gateway_p99_ms', 0)} | {f('goodput_pct')} | {f('orchestrator_rss_mb_max', 0)} | {f('orchestrator_tasks_max', 0)} | {f('cache_hit_pct')} |")
+    phase_table(s["phases"], [
+        ("5xx %", "error_5xx_pct", 2), ("gateway p99 ms", "gateway_p99_ms", 0),
+        ("goodput %", "goodput_pct", 1), ("orchestrator RSS MB (max)", "orchestrator_rss_mb_max", 0),
+        ("orchestrator tasks (max)", "orchestrator_tasks_max", 0), ("cache hit %", "cache_hit_pct", 1),
+    ])
     # What the database and the machine were doing: the same rate is not the same load when the
-    # lookups are slower (dead tuples, a backlog the enrichment workers catch up on) or the
-    # replicas wait for a CPU; an A/B of two soaks is read against these rows.
-    print("\n| phase | entity-service p99 ms | lookup mean ms | dead tuples (max) | enrichment events/s | entity-service CPU wait s/s |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for p in s["phases"]:
-        m = p["summary"]
-
-        def f(k, d=1, m=m):
-            return "—" if k not in m else f"{m[k]:.{d}f}"
-
-        print(f"| {p['name']} | {f('entity_p99_ms', 0)} | {f('candidate_query_mean_ms', 2)} | {f('dead_tuples_max', 0)} | {f('enrichment_eps', 0)} | {f('entity_runqueue_wait', 2)} |")
+    # lookups are slower (dead tuples, a broker holding many events, a backlog the enrichment
+    # workers catch up on) or the replicas wait for a CPU; an A/B of two soaks is read against these.
+    print()
+    phase_table(s["phases"], [
+        ("entity-service p99 ms", "entity_p99_ms", 0), ("lookup mean ms", "candidate_query_mean_ms", 2),
+        ("dead tuples (max)", "dead_tuples_max", 0), ("enrichment events/s", "enrichment_eps", 0),
+        ("entity-service CPU wait s/s", "entity_runqueue_wait", 2),
+    ])
     print(f"\n| replica | RSS MB at {first['t']/60:.0f} min | at {mid['t']/60:.0f} min | at {last['t']/60:.0f} min | change, 2nd half | tasks at {first['t']/60:.0f} min | at {last['t']/60:.0f} min |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for r in replicas:
