@@ -103,7 +103,8 @@ pub struct Controls {
     pub jitter: bool,
     /// On: the breaker gates and observes this request. Off: it neither sees nor gates it.
     pub breaker: bool,
-    /// On: each attempt needs a limiter permit (shed at once when full). Off: unlimited.
+    /// On: each attempt needs a limiter permit (the named policies shed at once when full; the
+    /// callee policy's ceiling waits within the attempt's budget). Off: unlimited.
     pub concurrency_limit: bool,
     /// With `concurrency_limit` on, how the limit is sized ([`crate::limiter::Adapt`]): by the
     /// callee's admission (the default), AIMD or Vegas; `None`: the static `max_concurrency`.
@@ -222,7 +223,8 @@ impl Client {
                 config.base_urls.len(),
                 metrics.pool_in_use(),
                 metrics.concurrency_limit(),
-            ),
+            )
+            .with_waiting_gauge(metrics.pool_waiting()),
             budget: config.budget,
             metrics,
         })
@@ -381,7 +383,7 @@ impl Client {
                 return Err(self.no_budget(deadline, sent));
             }
             let room = remaining - self.budget.guard_band;
-            let attempt_budget = room.min(self.budget.per_attempt);
+            let mut attempt_budget = room.min(self.budget.per_attempt);
             // When the room left, not per_attempt, bounds this attempt, its timeout IS the total
             // deadline: what follows is DeadlineExceeded, not a retryable attempt timeout.
             let bounded_by_deadline = room <= self.budget.per_attempt;
@@ -399,12 +401,27 @@ impl Client {
             } else {
                 None
             };
-            // LAB-FIX(pool-exhaustion) — then the concurrency limit: shed at once, never queue.
+            // LAB-FIX(pool-exhaustion) — then the concurrency limit. The named policies (static,
+            // AIMD, Vegas) shed at once; the default (the callee sizes capacity, this side caps
+            // its own in-flight attempts) waits for a slot inside this attempt's budget, as Go's
+            // transport waits for one of its 64 connections under the attempt's context (Code
+            // After): the wait is the attempt's time, and it leaves the attempt at least
+            // MIN_ATTEMPT_BUDGET for the request.
             let mut slot = if controls.concurrency_limit {
                 let admitted = match controls.adaptive_limit {
-                    Some(Adapt::Callee) => self
-                        .limiter
-                        .try_acquire_ceiling(req.tenant, controls.tenant_share),
+                    Some(Adapt::Callee) => {
+                        let waited_from = Instant::now();
+                        let slot = self
+                            .limiter
+                            .acquire_ceiling_within(
+                                req.tenant,
+                                controls.tenant_share,
+                                attempt_budget.saturating_sub(MIN_ATTEMPT_BUDGET),
+                            )
+                            .await;
+                        attempt_budget = attempt_budget.saturating_sub(waited_from.elapsed());
+                        slot
+                    }
                     Some(how) => self.limiter.try_acquire_adapting(how),
                     None => self.limiter.try_acquire(),
                 };

@@ -46,7 +46,9 @@ pub enum Error {
         /// What failed before the refused retry.
         last: Box<Error>,
     },
-    /// The concurrency limit in front of entity-service is full; shed at once, nothing sent.
+    /// The concurrency limit in front of entity-service is full (shed at once by the static and
+    /// adaptive policies; at the callee policy's ceiling, after waiting out the attempt's budget
+    /// for a slot); nothing sent.
     #[error("entity-service: concurrency limit reached, request shed")]
     ConcurrencyLimited,
     /// entity-service answered with a non-2xx status.

@@ -7,8 +7,10 @@
 //! LAB-FIX(pool-exhaustion): the legacy client's per-host cap of 64 *queues* callers with no
 //! deadline of the caller's, so a slow dependency turns into thousands of parked tasks, each
 //! holding memory (the postmortem's 4,180 goroutines and 3.8 GB per pod). This limiter never
-//! queues: when every permit is taken the attempt is shed at once with
-//! `Error::ConcurrencyLimited`, which costs the caller microseconds and the process nothing.
+//! queues past the attempt's own budget: the named policies (static, AIMD, Vegas) shed at once
+//! when every permit is taken (`Error::ConcurrencyLimited`, microseconds for the caller, nothing
+//! for the process); the default ceiling waits for a permit at most as long as the attempt may
+//! still take (below).
 //!
 //! Three sizes, chosen per request (`Controls::adaptive_limit`):
 //! - **static**: `max_concurrency` permits, the postmortem's "semaphore sized to its capacity".
@@ -26,9 +28,18 @@
 //!   entity-service admits a budgeted request only when the wait for one of its PostgreSQL
 //!   connections and the query fit in the caller's budget, and refuses at once (503, retryable
 //!   on another replica) what cannot (`services/entity-service/src/admission.rs`). This side
-//!   keeps a non-queueing ceiling for its own memory only: `max_concurrency_adaptive` (the
-//!   postmortem's 64 connection slots per host) for each entity-service endpoint it knows, so it
-//!   follows the endpoint set instead of a per-replica share guessed for one fleet size.
+//!   keeps a ceiling for its own memory only: `max_concurrency_adaptive` (the postmortem's 64
+//!   connection slots per host) for each entity-service endpoint it knows, so it follows the
+//!   endpoint set instead of a per-replica share guessed for one fleet size. At the ceiling an
+//!   attempt **waits for a slot within its own budget** ([`Limiter::acquire_ceiling_within`]),
+//!   as the postmortem's Code After does: it keeps `MaxConnsPerHost: 64`, and Go's transport
+//!   waits for a connection only as long as the request's context, whose per-attempt deadline
+//!   covers the wait. The bug was the wait with no deadline and no cancellation (10 s a
+//!   try, the caller long gone), not the wait: shedding at once here refused what a machine
+//!   stalled for a few hundred milliseconds would have answered (issue 27's soak: 135 of the
+//!   fixed client's 147 refusals in 6 minutes were this ceiling's, where the buggy client,
+//!   queueing, answered every request). The waiters are bounded by the attempt's budget and
+//!   dropped with their caller; `entity_pool_slots{state="waiting"}` counts them.
 //!
 //! LAB-FIX(tenant-share): the ceiling is shared between tenants (`Controls::tenant_share`, flag
 //! `resilience.tenant_fairness`). One tenant's huge documents could hold every permit and leave
@@ -50,7 +61,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use prometheus::IntGauge;
-use tokio::sync::{Semaphore, SemaphorePermit};
+use tokio::sync::{Notify, Semaphore, SemaphorePermit};
 
 /// The multiplicative decrease on an overload signal: Netflix's AIMDLimit default (0.9), also
 /// vector's adaptive concurrency `decrease_ratio`.
@@ -66,6 +77,10 @@ pub struct Limiter {
     /// and who holds its permits.
     ceiling: Mutex<Holders>,
     ceiling_size: usize,
+    /// One wake-up per ceiling permit given back, for an attempt waiting at the ceiling.
+    released: Notify,
+    /// `entity_pool_slots{state="waiting"}` (inc/dec), when the client registered it.
+    waiting: Option<IntGauge>,
     adaptive: Adaptive,
     /// `entity_pool_slots{state="in_use"}`, moved with inc/dec so it adds up with the legacy
     /// client's slots on a shared registry.
@@ -165,6 +180,8 @@ impl Limiter {
             limit,
             ceiling: Mutex::new(Holders::default()),
             ceiling_size,
+            released: Notify::new(),
+            waiting: None,
             adaptive: Adaptive {
                 limit: Mutex::new(limit as f64),
                 in_flight: AtomicUsize::new(0),
@@ -178,6 +195,12 @@ impl Limiter {
             in_use,
             current,
         }
+    }
+
+    /// Count the attempts waiting at the ceiling in `waiting` (`entity_pool_slots{state="waiting"}`).
+    pub fn with_waiting_gauge(mut self, waiting: IntGauge) -> Self {
+        self.waiting = Some(waiting);
+        self
     }
 
     pub fn limit(&self) -> usize {
@@ -275,10 +298,56 @@ impl Limiter {
         })
     }
 
+    /// A permit of [`Adapt::Callee`]'s ceiling as [`Self::try_acquire_ceiling`], waiting for one
+    /// to be given back for at most `wait` (the attempt's own budget, less what the request
+    /// needs): `None` only when none was free in that time. Cancel-safe: dropped while waiting,
+    /// the attempt leaves the queue, and a wake-up it had been handed goes to the next waiter.
+    pub async fn acquire_ceiling_within(
+        &self,
+        tenant: i64,
+        share: bool,
+        wait: std::time::Duration,
+    ) -> Option<LimiterPermit<'_>> {
+        if let Some(p) = self.try_acquire_ceiling(tenant, share) {
+            return Some(p);
+        }
+        if wait.is_zero() {
+            return None;
+        }
+        let _waiting = self.waiting.as_ref().map(|g| {
+            g.inc();
+            WaitingGuard(g)
+        });
+        let until = tokio::time::Instant::now() + wait;
+        loop {
+            // Registered before the check, so a permit given back between the two is not missed.
+            let released = self.released.notified();
+            tokio::pin!(released);
+            released.as_mut().enable();
+            if let Some(p) = self.try_acquire_ceiling(tenant, share) {
+                return Some(p);
+            }
+            if tokio::time::timeout_at(until, released).await.is_err() {
+                // One last look: a permit given back as the wait ended is still ours to take.
+                return self.try_acquire_ceiling(tenant, share);
+            }
+        }
+    }
+
     /// The ceiling's permits `tenant` holds now.
     pub fn held_by(&self, tenant: i64) -> usize {
         let h = self.ceiling.lock().unwrap();
         h.by_tenant.get(&tenant).copied().unwrap_or(0)
+    }
+}
+
+/// Decrements the waiting gauge when the wait ends, however it ends (a permit, the wait's end,
+/// or the caller dropping the attempt).
+struct WaitingGuard<'a>(&'a IntGauge);
+
+impl Drop for WaitingGuard<'_> {
+    fn drop(&mut self) {
+        self.0.dec();
     }
 }
 
@@ -322,6 +391,10 @@ impl Drop for LimiterPermit<'_> {
                     h.by_tenant.remove(&tenant);
                 }
             }
+            drop(h);
+            // One waiter looks again (a permit given back while nobody waits is kept for the
+            // next one to look, who finds the ceiling as it is then).
+            self.limiter.released.notify_one();
             return;
         }
         if let Kind::Adaptive {
@@ -368,6 +441,7 @@ impl Drop for LimiterPermit<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn gauges() -> (IntGauge, IntGauge) {
         (
@@ -511,5 +585,80 @@ mod tests {
             "4, then one each past the ceiling while the share allows"
         );
         assert_eq!(gauge.get(), 8);
+    }
+
+    /// Code After's wait for one of its 64 connections: bounded by the attempt's own time, and
+    /// over as soon as a permit is given back.
+    #[tokio::test(start_paused = true)]
+    async fn at_the_ceiling_an_attempt_waits_within_its_budget_for_a_slot() {
+        let (gauge, current) = gauges();
+        let waiting = IntGauge::new("w", "w").unwrap();
+        let l = Limiter::new(1, 2, 1, gauge, current).with_waiting_gauge(waiting.clone());
+        let a = l.try_acquire_ceiling(1, false).unwrap();
+        let b = l.try_acquire_ceiling(1, false).unwrap();
+
+        // Nothing given back: the wait ends at its bound, with nothing.
+        let start = tokio::time::Instant::now();
+        assert!(l
+            .acquire_ceiling_within(1, false, Duration::from_millis(580))
+            .await
+            .is_none());
+        assert_eq!(start.elapsed(), Duration::from_millis(580));
+        assert_eq!(waiting.get(), 0, "a wait that ended is not counted");
+
+        // A permit given back 200 ms into the wait is taken then, not at the wait's end.
+        let start = tokio::time::Instant::now();
+        let (slot, ()) = tokio::join!(
+            l.acquire_ceiling_within(1, false, Duration::from_millis(580)),
+            async {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                assert_eq!(waiting.get(), 1, "the attempt waits, counted");
+                drop(a);
+            }
+        );
+        assert!(slot.is_some(), "the permit given back goes to the waiter");
+        assert_eq!(start.elapsed(), Duration::from_millis(200));
+        assert_eq!(waiting.get(), 0);
+        drop(b);
+        drop(slot);
+
+        // A zero wait is the old shed-at-once.
+        let _a = l.try_acquire_ceiling(1, false).unwrap();
+        let _b = l.try_acquire_ceiling(1, false).unwrap();
+        assert!(l
+            .acquire_ceiling_within(1, false, Duration::ZERO)
+            .await
+            .is_none());
+    }
+
+    /// A waiter whose caller leaves is gone from the queue and from the gauge, and the permit
+    /// given back goes to the next waiter, not to nobody.
+    #[tokio::test(start_paused = true)]
+    async fn a_waiter_dropped_by_its_caller_leaves_the_permit_to_the_next() {
+        let (gauge, current) = gauges();
+        let waiting = IntGauge::new("w", "w").unwrap();
+        let l = Limiter::new(1, 1, 1, gauge, current).with_waiting_gauge(waiting.clone());
+        let held = l.try_acquire_ceiling(1, false).unwrap();
+        let wait = Duration::from_secs(1);
+        let mut first = Box::pin(l.acquire_ceiling_within(1, false, wait));
+        let second = l.acquire_ceiling_within(2, false, wait);
+        tokio::pin!(second);
+        // Both queue, the first one first.
+        assert!(futures::poll!(first.as_mut()).is_pending());
+        assert!(futures::poll!(second.as_mut()).is_pending());
+        assert_eq!(waiting.get(), 2);
+        // The permit is given back, which wakes the first; its caller leaves before it runs.
+        drop(held);
+        drop(first);
+        assert_eq!(waiting.get(), 1);
+        let start = tokio::time::Instant::now();
+        let slot = second.await;
+        assert!(slot.is_some(), "the wake-up went on to the second waiter");
+        assert_eq!(
+            start.elapsed(),
+            Duration::ZERO,
+            "at once, not at the end of its wait"
+        );
+        assert_eq!(l.held_by(2), 1);
     }
 }

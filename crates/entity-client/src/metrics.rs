@@ -30,7 +30,7 @@
 //! | `entity_retry_budget_tokens` | — | the retry bucket's balance (100 = full) | absent (no series at all, rather than a 0 that would fire `min(entity_retry_budget_tokens) < 20`) |
 //! | `entity_breaker_state` | — | 0 = admitting, 1 = probing, 2 = shedding — ordered by severity, so `max()` across pods is the worst; as of the last call (Shedding becomes Probing lazily, at the next call after the 5 s) | absent |
 //! | `entity_concurrency_limit` | — | attempts admitted in flight at once, as of the last attempt: the callee policy's ceiling (`max_concurrency_adaptive` × endpoints; `resilience.concurrency_adaptive=callee`, the default, and the value before the first attempt), the adaptive limit's current value (`aimd`, `vegas`), or the static size (`max_concurrency`, `off`) | absent |
-//! | `entity_pool_slots` | `state` | `in_use`: concurrency-limiter permits held by in-flight attempts; `waiting`: always 0 (the limiter never queues — it sheds) | `in_use`: per-host connection slots held; `waiting`: attempts parked waiting for a slot (the postmortem's 4,102 goroutines in `roundTrip`) |
+//! | `entity_pool_slots` | `state` | `in_use`: concurrency-limiter permits held by in-flight attempts; `waiting`: attempts waiting at the callee policy's ceiling, each for at most its own attempt's budget and dropped with its caller (the static, AIMD and Vegas policies never queue: 0) | `in_use`: per-host connection slots held; `waiting`: attempts parked waiting for a slot (the postmortem's 4,102 goroutines in `roundTrip`) |
 //!
 //! `entity_abandoned_total / entity_requests_total` is then comparable across modes: the share of
 //! attempts whose answer nobody used. In legacy each such attempt ran to its full length; in fixed
@@ -462,7 +462,7 @@ impl Families {
             Opts::new(
                 "entity_pool_slots",
                 "Slots in front of entity-service: in_use, and waiting for one (legacy per-host \
-                 cap; the fixed limiter never queues)",
+                 cap, no deadline; the fixed client's ceiling, within the attempt's budget)",
             ),
             &["state"],
         )?;

@@ -424,7 +424,7 @@ async fn resolve_sheds_at_once_while_the_breaker_sheds_and_recovers_through_prob
 }
 
 #[tokio::test(start_paused = true)]
-async fn resolve_sheds_at_once_over_the_concurrency_limit() {
+async fn resolve_sheds_at_once_over_the_static_concurrency_limit() {
     // Slow but within the 700 ms attempt budget.
     let stub = Stub::start(Reply::ok().after(MS(500))).await;
     let (client, metrics) = client_with(ClientConfig {
@@ -432,7 +432,12 @@ async fn resolve_sheds_at_once_over_the_concurrency_limit() {
         max_concurrency_adaptive: 2,
         ..config(&stub.url)
     });
-    let (ctx, req, controls) = (ctx(), request(), Controls::default());
+    // The named static policy (`resilience.concurrency_adaptive=off`) never queues.
+    let controls = Controls {
+        adaptive_limit: None,
+        ..Controls::default()
+    };
+    let (ctx, req) = (ctx(), request());
 
     let both = futures::future::join(
         client.resolve(&ctx, &req, &controls),
@@ -905,6 +910,80 @@ async fn offer(client: &Client, controls: Controls, n: usize, every: Duration) -
     (ok, shed)
 }
 
+/// The default policy at its ceiling: Code After's `MaxConnsPerHost: 64` under the attempt's
+/// context. An attempt waits for a slot as long as its own budget allows (leaving the request
+/// its minimum), goes out as soon as one is given back, and is shed only when none is.
+#[tokio::test(start_paused = true)]
+async fn at_the_ceiling_an_attempt_waits_for_a_slot_within_its_own_budget() {
+    let stub = Stub::start(Reply::ok().after(MS(200))).await;
+    let (client, metrics) = client_with(ClientConfig {
+        max_concurrency: 2,
+        max_concurrency_adaptive: 2,
+        ..config(&stub.url)
+    });
+    let (ctx, req, controls) = (ctx(), request(), Controls::default());
+    let start = Instant::now();
+    let third = async {
+        stub.wait_for_in_flight(2).await;
+        let r = client.resolve(&ctx, &req, &controls).await;
+        (r, start.elapsed())
+    };
+    let watch = async {
+        stub.wait_for_in_flight(2).await;
+        tokio::time::sleep(MS(100)).await;
+        metric(&metrics, "entity_pool_slots", &[("state", "waiting")])
+    };
+    let (a, b, (third, at), waiting) = tokio::join!(
+        client.resolve(&ctx, &req, &controls),
+        client.resolve(&ctx, &req, &controls),
+        third,
+        watch,
+    );
+    assert!(a.is_ok() && b.is_ok());
+    assert_eq!(waiting, 1.0, "the third attempt waits for a slot, counted");
+    assert!(
+        third.is_ok(),
+        "answered once a slot was given back: {third:?}"
+    );
+    assert!(
+        at >= MS(400) && at < MS(450),
+        "sent at 200 ms (a slot back), answered 200 ms later: {at:?}"
+    );
+    assert_eq!(stub.requests(), 3);
+    assert_eq!(
+        metric(
+            &metrics,
+            "entity_shed_total",
+            &[("reason", "concurrency_limit")]
+        ),
+        0.0
+    );
+
+    // Nothing given back within the attempt's budget (700 ms, less the 120 ms a request needs
+    // at least): shed at the end of the wait, nothing sent.
+    stub.set_default(Reply::ok().after(MS(650)));
+    let start = Instant::now();
+    let third = async {
+        stub.wait_for_in_flight(2).await;
+        let begun = start.elapsed();
+        let r = client.resolve(&ctx, &req, &controls).await;
+        (r, start.elapsed() - begun)
+    };
+    let (a, b, (third, waited)) = tokio::join!(
+        client.resolve(&ctx, &req, &controls),
+        client.resolve(&ctx, &req, &controls),
+        third,
+    );
+    assert!(a.is_ok() && b.is_ok());
+    assert!(matches!(third, Err(Error::ConcurrencyLimited)), "{third:?}");
+    assert!(waited >= MS(580) && waited < MS(600), "{waited:?}");
+    assert_eq!(stub.requests(), 5);
+    assert_eq!(
+        metric(&metrics, "entity_pool_slots", &[("state", "waiting")]),
+        0.0
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_slow_but_healthy_dependency_is_shed_by_the_static_limit_and_not_by_the_adaptive_one() {
     // The postmortem's trigger latency, inside the 700 ms attempt budget: slow, not overloaded.
@@ -960,15 +1039,43 @@ async fn the_default_sizing_leaves_a_slow_but_healthy_dependency_unshed_from_the
     let (ok, shed) = offer(&client, Controls::default(), 400, MS(50)).await;
     assert_eq!((ok, shed), (400, 0));
     assert_eq!(metric(&metrics, "entity_concurrency_limit", &[]), 32.0);
-    // And it still sheds at its ceiling rather than queue: 40 calls/s × 1.2 s = 48 > 32.
+    // And its ceiling still holds: 100 calls/s × 650 ms = 65 in flight over 32. What waits out
+    // its attempt's budget for a slot is shed; never more than 32 in flight at entity-service.
     let slower = Stub::start(Reply::ok().after(MS(650))).await;
     let (client, _) = limited(&slower, 4, 32);
-    let (ok, shed) = offer(&client, Controls::default(), 400, MS(10)).await;
-    assert_eq!(ok + shed, 400);
-    assert!(
-        shed > 0,
-        "100 calls/s × 650 ms = 65 in flight over 32: {shed} shed"
-    );
+    let (ok, shed) = offer_counting_timeouts(&client, Controls::default(), 400, MS(10)).await;
+    assert!(ok + shed <= 400);
+    assert!(shed > 0, "{shed} shed, {ok} answered");
+    assert_eq!(slower.max_in_flight(), 32);
+}
+
+/// [`offer`], where an attempt that waited for a slot may time out (its wait was its own time).
+async fn offer_counting_timeouts(
+    client: &Client,
+    controls: Controls,
+    n: usize,
+    every: Duration,
+) -> (usize, usize) {
+    use futures::stream::{FuturesUnordered, StreamExt};
+    let (ctx, req) = (ctx(), request());
+    let mut calls = FuturesUnordered::new();
+    let mut tick = tokio::time::interval(every);
+    let (mut sent, mut ok, mut shed) = (0, 0, 0);
+    loop {
+        tokio::select! {
+            _ = tick.tick(), if sent < n => {
+                calls.push(client.resolve(&ctx, &req, &controls));
+                sent += 1;
+            }
+            Some(r) = calls.next() => match r {
+                Ok(_) => ok += 1,
+                Err(Error::ConcurrencyLimited) => shed += 1,
+                Err(_) => {}
+            },
+            else => break,
+        }
+    }
+    (ok, shed)
 }
 
 #[tokio::test(start_paused = true)]
@@ -1029,11 +1136,14 @@ async fn a_second_tenant_is_let_in_past_a_ceiling_another_tenant_fills_only_with
             tenant_share: share,
             ..Controls::default()
         };
+        // Sent 10 ms after the two that fill the ceiling; what each got, and when it ended.
         let later = |req| {
             let (client, ctx, controls) = (&client, &ctx, &controls);
             async move {
                 tokio::time::sleep(MS(10)).await;
-                client.resolve(ctx, req, controls).await
+                let start = Instant::now();
+                let r = client.resolve(ctx, req, controls).await;
+                (r.is_ok(), start.elapsed())
             }
         };
         let (a, b, flood_third, second_tenant) = tokio::join!(
@@ -1046,19 +1156,21 @@ async fn a_second_tenant_is_let_in_past_a_ceiling_another_tenant_fills_only_with
             a.is_ok() && b.is_ok(),
             "tenant 2 fills the ceiling (share {share})"
         );
+        // Over the ceiling and its share, tenant 2's third call waits for a slot (390 ms, until
+        // the first two are answered) and is not answered within one round trip.
         assert!(
-            matches!(flood_third, Err(Error::ConcurrencyLimited)),
-            "tenant 2 over the ceiling and its share is shed (share {share}): {flood_third:?}"
+            flood_third.1 > MS(400),
+            "tenant 2's third call is not let in at once (share {share}): {flood_third:?}"
         );
         if share {
             assert!(
-                second_tenant.is_ok(),
-                "tenant 1 is let in: {second_tenant:?}"
+                second_tenant.0 && second_tenant.1 < MS(450),
+                "tenant 1 is let in at once, answered in one round trip: {second_tenant:?}"
             );
         } else {
             assert!(
-                matches!(second_tenant, Err(Error::ConcurrencyLimited)),
-                "first come, first served: tenant 1 shed behind the flood: {second_tenant:?}"
+                second_tenant.1 > MS(400),
+                "first come, first served: tenant 1 waits behind the flood: {second_tenant:?}"
             );
         }
     }

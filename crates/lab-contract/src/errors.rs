@@ -221,7 +221,7 @@ failures! {
     OR_RETRY_BUDGET_EXHAUSTED = (Orchestrator, "retry_budget_exhausted", 503,
         true, "a retry was due but the retry budget had no token left; nothing more was sent");
     OR_CONCURRENCY_LIMITED = (Orchestrator, "concurrency_limited", 503,
-        true, "the concurrency limit in front of entity-service was full; shed at once, nothing sent");
+        true, "the concurrency limit in front of entity-service was full (and stayed full for the attempt's budget, at the default ceiling); nothing sent");
     OR_ENTITY_UNREACHABLE = (Orchestrator, "entity_unreachable", 503,
         true, "no connection to entity-service could be made (refused, connect timeout)");
     OR_ENTITY_TRANSPORT = (Orchestrator, "entity_transport", 502,
