@@ -81,6 +81,21 @@ pub struct UpstreamSettings {
     pub probe_timeout_ms: u64,
     pub failure_threshold: u32,
     pub success_threshold: u32,
+    /// Where in each period each replica is probed (issue 26, the fleet's shape).
+    pub probe_phase: ProbePhase,
+}
+
+/// When, within each probe period, a replica's readiness is probed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProbePhase {
+    /// A phase drawn once per replica, uniformly in `[0, probe_interval)`: kubelet's probe
+    /// worker waits a random part of its period before its first probe, so the pods of one
+    /// Deployment are probed, and cross their failure thresholds, at different moments.
+    Random,
+    /// Every replica in the same round, at the same moment (the native lab before issue 26's
+    /// measurement of partial eviction; kept for comparison).
+    Aligned,
 }
 
 impl UpstreamSettings {

@@ -10,6 +10,14 @@
 //! endpoint in rotation is never ejected by a refusal (it may be a Service address standing for
 //! every pod: [`Upstreams::eject`]); its request tries it once more.
 //!
+//! Each replica is probed at its own moment of the period (`upstream.probe_phase = "random"`, a
+//! phase drawn once per replica), as kubelet probes each pod from a worker of its own that first
+//! waits a random part of its period: replicas cross their failure threshold one after another,
+//! and one taken out of rotation puts its requests on the others before their own probes run.
+//! `"aligned"` probes them all in one round, as this lab did before issue 26 measured the two.
+//! A probe still in flight when its next moment comes skips that period (kubelet's worker is
+//! sequential too).
+//!
 //! The set of replicas may change while the gateway runs, as a Service's endpoints do when a
 //! Deployment is scaled: with `upstream.orchestrators_file` the list is re-read before every round
 //! of probes. A new replica joins out of rotation and enters it once its readiness passes (its
@@ -22,7 +30,7 @@ use std::time::Duration;
 
 use prometheus::IntGaugeVec;
 
-use crate::configuration::UpstreamSettings;
+use crate::configuration::{ProbePhase, UpstreamSettings};
 
 pub struct Endpoint {
     pub url: String,
@@ -31,17 +39,28 @@ pub struct Endpoint {
     ready: AtomicBool,
     consecutive_failures: AtomicU32,
     consecutive_successes: AtomicU32,
+    /// Where in each probe period this replica is probed (0 when aligned).
+    phase: Duration,
+    /// A probe of this replica is in flight: the next one waits for it (skips its moment).
+    probing: AtomicBool,
 }
 
 impl Endpoint {
-    fn new((url, admin): (String, String)) -> Self {
+    fn new((url, admin): (String, String), phase: Duration) -> Self {
         Endpoint {
             url,
             admin,
             ready: AtomicBool::new(false),
             consecutive_failures: AtomicU32::new(0),
             consecutive_successes: AtomicU32::new(0),
+            phase,
+            probing: AtomicBool::new(false),
         }
+    }
+
+    /// Where in each probe period this replica is probed.
+    pub fn phase(&self) -> Duration {
+        self.phase
     }
 
     pub fn is_ready(&self) -> bool {
@@ -81,7 +100,7 @@ impl Upstreams {
         };
         let endpoints = urls
             .into_iter()
-            .map(|u| Arc::new(Endpoint::new(u)))
+            .map(|u| Arc::new(Endpoint::new(u, phase_for(&settings))))
             .collect();
         Ok(Arc::new(Self {
             endpoints: RwLock::new(Arc::new(endpoints)),
@@ -172,7 +191,7 @@ impl Upstreams {
                     .cloned()
                     .unwrap_or_else(|| {
                         tracing::info!(endpoint = %u, "new replica; in rotation once /readyz passes");
-                        Arc::new(Endpoint::new((u, a)))
+                        Arc::new(Endpoint::new((u, a), phase_for(&self.settings)))
                     })
             })
             .collect();
@@ -186,18 +205,21 @@ impl Upstreams {
         *self.endpoints.write().expect("endpoints lock") = Arc::new(next);
     }
 
-    /// Probe every endpoint once, concurrently (after re-reading the endpoints file).
+    /// Probe every endpoint once, concurrently (after re-reading the endpoints file): the
+    /// gateway's first round, before it serves.
     pub async fn probe_all(&self) {
         self.refresh();
         let all = self.endpoints();
-        let probes = all.iter().map(|e| async move {
-            let ok = match self.probe.get(format!("{}/readyz", e.admin)).send().await {
-                Ok(resp) => resp.status().is_success(),
-                Err(_) => false,
-            };
-            self.record(e, ok);
-        });
-        futures::future::join_all(probes).await;
+        futures::future::join_all(all.iter().map(|e| self.probe_one(e))).await;
+    }
+
+    /// One readiness probe of `e`, recorded.
+    async fn probe_one(&self, e: &Endpoint) {
+        let ok = match self.probe.get(format!("{}/readyz", e.admin)).send().await {
+            Ok(resp) => resp.status().is_success(),
+            Err(_) => false,
+        };
+        self.record(e, ok);
     }
 
     fn record(&self, e: &Endpoint, ok: bool) {
@@ -219,18 +241,44 @@ impl Upstreams {
             .set(i64::from(e.is_ready()));
     }
 
-    /// Probe forever at `probe_interval_ms` (the task is aborted when the gateway stops).
+    /// Probe forever, every `probe_interval_ms`, each replica at its own phase of the period
+    /// (the task is aborted when the gateway stops, and its probes with it).
     pub fn spawn_prober(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
         let me = self.clone();
         tokio::spawn(async move {
             let mut tick =
                 tokio::time::interval(Duration::from_millis(me.settings.probe_interval_ms));
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut probes = tokio::task::JoinSet::new();
             loop {
                 tick.tick().await;
-                me.probe_all().await;
+                me.refresh();
+                for e in me.endpoints().iter() {
+                    if e.probing.swap(true, Ordering::SeqCst) {
+                        continue;
+                    }
+                    let (me, e) = (me.clone(), e.clone());
+                    probes.spawn(async move {
+                        tokio::time::sleep(e.phase).await;
+                        me.probe_one(&e).await;
+                        e.probing.store(false, Ordering::SeqCst);
+                    });
+                }
+                while probes.try_join_next().is_some() {}
             }
         })
+    }
+}
+
+/// A new replica's phase: uniform in `[0, probe_interval)` when random, 0 when aligned.
+fn phase_for(settings: &UpstreamSettings) -> Duration {
+    match settings.probe_phase {
+        ProbePhase::Aligned => Duration::ZERO,
+        ProbePhase::Random => {
+            use rand::Rng;
+            let period = settings.probe_interval_ms.max(1);
+            Duration::from_millis(rand::rng().random_range(0..period))
+        }
     }
 }
 
@@ -269,12 +317,94 @@ mod tests {
             probe_timeout_ms: 500,
             failure_threshold: 3,
             success_threshold: 1,
+            probe_phase: ProbePhase::Aligned,
         };
         let u = Upstreams::new(settings, &lab_core::metrics::Metrics::new()).unwrap();
         for e in u.endpoints().iter() {
             u.record(e, true);
         }
         u
+    }
+
+    /// `n` readiness endpoints on loopback, each recording when it was probed (virtual clock).
+    async fn readiness_stubs(
+        n: usize,
+    ) -> (
+        Vec<String>,
+        Arc<std::sync::Mutex<Vec<Vec<tokio::time::Instant>>>>,
+    ) {
+        let seen = Arc::new(std::sync::Mutex::new(vec![Vec::new(); n]));
+        let mut admins = Vec::new();
+        for i in 0..n {
+            let seen = seen.clone();
+            let app = axum::Router::new().route(
+                "/readyz",
+                axum::routing::get(move || {
+                    let seen = seen.clone();
+                    async move {
+                        seen.lock().unwrap()[i].push(tokio::time::Instant::now());
+                        "ok"
+                    }
+                }),
+            );
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            admins.push(format!("http://{}", listener.local_addr().unwrap()));
+            tokio::spawn(async move { axum::serve(listener, app).await });
+        }
+        (admins, seen)
+    }
+
+    /// Each replica's probes as offsets into the period, from the prober's start.
+    async fn probe_offsets(phase: ProbePhase, n: usize) -> Vec<Vec<u128>> {
+        let (admins, seen) = readiness_stubs(n).await;
+        let settings = UpstreamSettings {
+            orchestrators: (0..n)
+                .map(|i| format!("http://127.0.0.1:{}", 1 + i))
+                .collect::<Vec<_>>()
+                .join(","),
+            orchestrators_admin: admins.join(","),
+            orchestrators_file: None,
+            probe_interval_ms: 1000,
+            probe_timeout_ms: 500,
+            failure_threshold: 3,
+            success_threshold: 1,
+            probe_phase: phase,
+        };
+        let u = Upstreams::new(settings, &lab_core::metrics::Metrics::new()).unwrap();
+        let start = tokio::time::Instant::now();
+        let prober = u.spawn_prober();
+        tokio::time::sleep(Duration::from_millis(3_500)).await;
+        prober.abort();
+        let seen = seen.lock().unwrap().clone();
+        seen.iter()
+            .map(|ts| ts.iter().map(|t| (*t - start).as_millis()).collect())
+            .collect()
+    }
+
+    /// kubelet's probe worker waits a random part of its period before its first probe: the
+    /// replicas of one Deployment are probed at different moments, each every period. Aligned,
+    /// every replica is probed in the same round (the lab's earlier prober).
+    #[tokio::test(start_paused = true)]
+    async fn replicas_are_probed_at_their_own_phase_each_every_period() {
+        let random = probe_offsets(ProbePhase::Random, 8).await;
+        let firsts: Vec<u128> = random.iter().map(|p| p[0]).collect();
+        let spread = firsts.iter().max().unwrap() - firsts.iter().min().unwrap();
+        // 8 uniform phases in [0, 1000) all within 300 ms of each other: p < 8 x 0.3^7 = 2e-3.
+        assert!(spread >= 300, "random phases, first probes at {firsts:?}");
+        for probes in &random {
+            assert!(probes.len() >= 3, "{probes:?}");
+            for w in probes.windows(2) {
+                assert!(
+                    (990..=1010).contains(&(w[1] - w[0])),
+                    "one probe a period: {probes:?}"
+                );
+            }
+        }
+
+        let aligned = probe_offsets(ProbePhase::Aligned, 8).await;
+        let firsts: Vec<u128> = aligned.iter().map(|p| p[0]).collect();
+        let spread = firsts.iter().max().unwrap() - firsts.iter().min().unwrap();
+        assert!(spread <= 10, "aligned, first probes at {firsts:?}");
     }
 
     /// A refused connection ejects a replica while another is in rotation, never the last one:
