@@ -302,14 +302,9 @@ fn read_list(path: &str) -> anyhow::Result<Vec<(String, String)>> {
 mod tests {
     use super::*;
 
-    fn upstreams(n: usize) -> Arc<Upstreams> {
-        let urls: Vec<String> = (0..n)
-            .map(|i| format!("http://127.0.0.1:{}", 1 + i))
-            .collect();
-        let admins: Vec<String> = (0..n)
-            .map(|i| format!("http://127.0.0.1:{}", 101 + i))
-            .collect();
-        let settings = UpstreamSettings {
+    /// The prober's settings for these replicas: Kubernetes' numbers, a 500 ms probe timeout.
+    fn settings(urls: &[String], admins: &[String], probe_phase: ProbePhase) -> UpstreamSettings {
+        UpstreamSettings {
             orchestrators: urls.join(","),
             orchestrators_admin: admins.join(","),
             orchestrators_file: None,
@@ -317,9 +312,22 @@ mod tests {
             probe_timeout_ms: 500,
             failure_threshold: 3,
             success_threshold: 1,
-            probe_phase: ProbePhase::Aligned,
-        };
-        let u = Upstreams::new(settings, &lab_core::metrics::Metrics::new()).unwrap();
+            probe_phase,
+        }
+    }
+
+    fn upstreams(n: usize) -> Arc<Upstreams> {
+        let urls: Vec<String> = (0..n)
+            .map(|i| format!("http://127.0.0.1:{}", 1 + i))
+            .collect();
+        let admins: Vec<String> = (0..n)
+            .map(|i| format!("http://127.0.0.1:{}", 101 + i))
+            .collect();
+        let u = Upstreams::new(
+            settings(&urls, &admins, ProbePhase::Aligned),
+            &lab_core::metrics::Metrics::new(),
+        )
+        .unwrap();
         for e in u.endpoints().iter() {
             u.record(e, true);
         }
@@ -357,20 +365,14 @@ mod tests {
     /// Each replica's probes as offsets into the period, from the prober's start.
     async fn probe_offsets(phase: ProbePhase, n: usize) -> Vec<Vec<u128>> {
         let (admins, seen) = readiness_stubs(n).await;
-        let settings = UpstreamSettings {
-            orchestrators: (0..n)
-                .map(|i| format!("http://127.0.0.1:{}", 1 + i))
-                .collect::<Vec<_>>()
-                .join(","),
-            orchestrators_admin: admins.join(","),
-            orchestrators_file: None,
-            probe_interval_ms: 1000,
-            probe_timeout_ms: 500,
-            failure_threshold: 3,
-            success_threshold: 1,
-            probe_phase: phase,
-        };
-        let u = Upstreams::new(settings, &lab_core::metrics::Metrics::new()).unwrap();
+        let urls: Vec<String> = (0..n)
+            .map(|i| format!("http://127.0.0.1:{}", 1 + i))
+            .collect();
+        let u = Upstreams::new(
+            settings(&urls, &admins, phase),
+            &lab_core::metrics::Metrics::new(),
+        )
+        .unwrap();
         let start = tokio::time::Instant::now();
         let prober = u.spawn_prober();
         tokio::time::sleep(Duration::from_millis(3_500)).await;
