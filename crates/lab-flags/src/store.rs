@@ -33,6 +33,12 @@ pub struct Store {
     client: redis::Client,
     hash_key: String,
     channel: String,
+    /// The connection [`Store::read`] keeps between reads (shared by the store's clones),
+    /// replaced after any failure. A new connection per read was a TCP connect, AUTH and the
+    /// client's setup commands before the `HGETALL`, all inside one 500 ms timeout: on a
+    /// machine starved by a storm the gateway's reloads failed for 15 s, and the kill switch
+    /// `retries.gateway.enabled=off` reached it a step late (issue 26, replay of 764dfb3).
+    reader: std::sync::Arc<tokio::sync::Mutex<Option<redis::aio::MultiplexedConnection>>>,
 }
 
 impl Store {
@@ -48,6 +54,7 @@ impl Store {
                 .with_context(|| format!("invalid Redis URL {redis_url:?}"))?,
             hash_key: format!("{namespace}:flags"),
             channel: format!("{namespace}:flags:changed"),
+            reader: Default::default(),
         })
     }
 
@@ -65,17 +72,36 @@ impl Store {
 
     /// The flags' stored values and whether the store remembers being written.
     pub async fn read(&self) -> anyhow::Result<Contents> {
-        let mut c = self.conn().await?;
-        let mut values: BTreeMap<String, String> = tokio::time::timeout(
+        let mut slot = self.reader.lock().await;
+        let mut c = match slot.as_ref() {
+            Some(c) => c.clone(),
+            None => {
+                let c = self.conn().await?;
+                *slot = Some(c.clone());
+                c
+            }
+        };
+        let read: anyhow::Result<BTreeMap<String, String>> = tokio::time::timeout(
             OP_TIMEOUT,
             redis::cmd("HGETALL")
                 .arg(&self.hash_key)
                 .query_async(&mut c),
         )
         .await
-        .context("reading the flag store timed out")??;
-        let written = values.remove(WRITTEN_FIELD).is_some();
-        Ok(Contents { values, written })
+        .context("reading the flag store timed out")
+        .and_then(|r| r.map_err(anyhow::Error::from));
+        match read {
+            Ok(mut values) => {
+                let written = values.remove(WRITTEN_FIELD).is_some();
+                Ok(Contents { values, written })
+            }
+            Err(e) => {
+                // Whatever failed (a dropped connection, a stalled one, an error reply), the next
+                // read starts on a new connection.
+                *slot = None;
+                Err(e)
+            }
+        }
     }
 
     /// Set one flag and tell every watcher. The caller validates against the definitions.

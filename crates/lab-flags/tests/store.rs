@@ -201,3 +201,42 @@ async fn readiness_waits_for_known_flags() {
     flags.reload(&up).await; // the store answers (empty: nobody asked for anything else)
     assert_eq!(health.ready(), Ok(()));
 }
+
+/// A replica's reloads reuse one connection: a read is one `HGETALL`, not a connect, AUTH and
+/// the client's setup before it, inside the same 500 ms timeout (on a machine starved by a storm
+/// the gateway's per-read connections timed out for 15 s and the gateway kill switch arrived a
+/// step late). A connection that fails is replaced by the next read.
+#[tokio::test]
+async fn reads_keep_one_connection_and_replace_it_after_a_failure() {
+    use testkit::resp::{fake_redis, Reply};
+    // An empty flag hash for every HGETALL but the 6th, where the connection is dropped.
+    let (url, accepted) = fake_redis(|name, n| match name.to_ascii_uppercase().as_str() {
+        "HGETALL" if n == 6 => Reply::Close,
+        "HGETALL" => Reply::Raw(b"*0\r\n"),
+        _ => Reply::Raw(b"+OK\r\n"),
+    })
+    .await;
+    let store = Store::with_namespace(&url, &namespace()).unwrap();
+    let clone = store.clone();
+    for _ in 0..5 {
+        assert!(store.read().await.unwrap().values.is_empty());
+    }
+    assert_eq!(
+        accepted.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "five reads, one connection"
+    );
+    assert!(
+        clone.read().await.is_err(),
+        "the dropped connection fails that read"
+    );
+    for _ in 0..3 {
+        assert!(clone.read().await.unwrap().values.is_empty());
+        assert!(store.read().await.unwrap().values.is_empty());
+    }
+    assert_eq!(
+        accepted.load(std::sync::atomic::Ordering::SeqCst),
+        2,
+        "one new connection after the failure, shared by the store's clones"
+    );
+}

@@ -8,9 +8,11 @@
 //! - [`redis_url`]: the same rule for Redis; [`kafka_bootstrap`] for Kafka (`KAFKA_BOOTSTRAP`,
 //!   e.g. the tansu broker scripts/deps.sh starts).
 //! - [`http`]: an HTTP client for tests, with a timeout (`.clippy.toml` bans one without).
+//! - [`resp`]: a stand-in Redis that counts its connections and answers from a function.
 
 pub mod broker;
 pub mod fixtures;
+pub mod resp;
 
 use std::sync::OnceLock;
 

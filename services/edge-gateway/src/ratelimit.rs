@@ -266,69 +266,15 @@ mod tests {
     /// loaded it): every `FCALL` is answered `ERR Function not found`, anything else `+OK`. It
     /// counts the connections it accepted.
     async fn without_the_function() -> (String, Arc<std::sync::atomic::AtomicUsize>) {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("redis://{}", listener.local_addr().unwrap());
-        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let count = accepted.clone();
-        tokio::spawn(async move {
-            while let Ok((mut conn, _)) = listener.accept().await {
-                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                tokio::spawn(async move {
-                    let mut buf = Vec::new();
-                    let mut chunk = [0u8; 4096];
-                    while let Ok(n) = conn.read(&mut chunk).await {
-                        if n == 0 {
-                            break;
-                        }
-                        buf.extend_from_slice(&chunk[..n]);
-                        // Answer every complete command (a RESP array of bulk strings).
-                        while let Some((name, used)) = resp_command(&buf) {
-                            buf.drain(..used);
-                            let reply: &[u8] = if name.eq_ignore_ascii_case("FCALL") {
-                                b"-ERR Function not found\r\n"
-                            } else {
-                                b"+OK\r\n"
-                            };
-                            if conn.write_all(reply).await.is_err() {
-                                return;
-                            }
-                        }
-                    }
-                });
-            }
-        });
-        (url, accepted)
-    }
-
-    /// The first word of the RESP command at the start of `buf`, and its length in bytes; `None`
-    /// while it is incomplete.
-    fn resp_command(buf: &[u8]) -> Option<(String, usize)> {
-        let line = |at: usize| -> Option<(&[u8], usize)> {
-            let end = buf[at..].windows(2).position(|w| w == b"\r\n")? + at;
-            Some((&buf[at..end], end + 2))
-        };
-        let (head, mut at) = line(0)?;
-        let n: usize = std::str::from_utf8(head.strip_prefix(b"*")?)
-            .ok()?
-            .parse()
-            .ok()?;
-        let mut name = String::new();
-        for i in 0..n {
-            let (len, next) = line(at)?;
-            let len: usize = std::str::from_utf8(len.strip_prefix(b"$")?)
-                .ok()?
-                .parse()
-                .ok()?;
-            if buf.len() < next + len + 2 {
-                return None;
-            }
-            if i == 0 {
-                name = String::from_utf8_lossy(&buf[next..next + len]).into_owned();
-            }
-            at = next + len + 2;
-        }
-        Some((name, at))
+        use testkit::resp::{fake_redis, Reply};
+        fake_redis(|name, _| {
+            Reply::Raw(if name.eq_ignore_ascii_case("FCALL") {
+                b"-ERR Function not found\r\n"
+            } else {
+                b"+OK\r\n"
+            })
+        })
+        .await
     }
 
     fn limiter_for(redis_url: String, fallback_replicas: u32) -> Arc<RateLimiter> {
