@@ -68,9 +68,18 @@ cell() {
     python3 - "$lat" "$SCALE" > "$sc" <<'PY'
 import re, sys
 lat, scale = sys.argv[1], float(sys.argv[2])
+dropping = False
 for line in open("load/scenarios/slow-not-overloaded.yaml"):
+    # Past the 700 ms per-attempt budget the file's "<= 1% 5xx" is not the rule (failing fast
+    # is): the grid's report judges every cell, so the cell carries no expectation of its own.
+    if line.startswith("expect:"):
+        dropping = int(lat) >= 700
+    if dropping:
+        continue
     if line.startswith("name: "):
         line = f"name: slow-not-overloaded-{lat}ms\n"
+    elif line.startswith("summary: "):
+        line = f"summary: +{lat} ms on every entity-service request (a cell of scripts/noharm.sh; the phases of slow-not-overloaded.yaml)\n"
     elif re.match(r'\s+fault\.entity\.latency_ms: "640"', line):
         line = line.replace('"640"', f'"{lat}"')
     m = re.match(r"(\s+seconds: )(\d+)", line)

@@ -60,10 +60,20 @@ def g(c, k, u=""):
     return fmt(c.get(k) if c else None, u)
 
 
+def fault_seen(c, latency):
+    """Did entity-service's own p99 in the cell's window show the injected latency (up to the
+    700 ms where the fixed client cuts its attempts)? A window the fault never reached (a phase
+    too short for the flag to arrive, entity-service not called) judges nothing."""
+    p99 = c.get("entity_p99_ms") if c else None
+    return p99 is not None and p99 >= 0.9 * min(latency, PER_ATTEMPT_MS)
+
+
 def judge(leg, fix, latency):
     """(verdict, why) for one latency x rate."""
     if fix is None:
         return "not measured", "no fixed-client cell"
+    if not fault_seen(fix, latency) or (leg is not None and not fault_seen(leg, latency)):
+        return "not measured", "entity-service's p99 does not show the injected latency in the window"
     if latency < PER_ATTEMPT_MS:
         if leg is None or leg["error_5xx_pct"] is None or fix["error_5xx_pct"] is None:
             return "not measured", "a cell or its 5xx rate is missing"
@@ -86,7 +96,8 @@ def report(path):
           "`scripts/lib/noharm_report.py`. Rules (issue 27): inside the 700 ms per-attempt budget "
           f"the fixed client's 5xx <= the buggy client's + {MARGIN_POINTS} points; past it, gateway "
           f"p99 <= {FAIL_FAST_P99_MS} ms (the histogram's bucket holding entity.resolve's {TOTAL_MS} ms "
-          f"total) and amplification <= {MAX_AMPLIFICATION}x. Figures over the phase with the latency.\n")
+          f"total) and amplification <= {MAX_AMPLIFICATION}x. Figures over the phase with the latency; a "
+          "cell whose entity-service p99 does not show the latency is not measured.\n")
     print("| +latency | rate | 5xx legacy | 5xx fixed | goodput legacy / fixed | gateway p99 legacy / fixed (ms) | amplification legacy / fixed | tasks max legacy / fixed | verdict | why | the fixed client's 5xx by origin |")
     print("|---:|---:|---:|---:|---|---|---|---|---|---|---|")
     held = failed = unmeasured = 0
