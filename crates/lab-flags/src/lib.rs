@@ -6,7 +6,9 @@
 //!   `labctl flags set` writes the hash and publishes on `lab:flags:changed` (`lab` is the
 //!   namespace; tests use their own).
 //! - **Every replica watches**: it subscribes to the channel and reloads on every message, and
-//!   re-reads the hash every few seconds as well (a missed message, a reconnect). A flag takes
+//!   re-reads the hash every few seconds as well (a missed message, a reconnect); a read that
+//!   fails is tried again 200 ms later, doubling up to the re-read interval, and each call may
+//!   take up to [`store::CALL_TIMEOUT`] (5 s), since no request waits on it. A flag takes
 //!   effect in-process, without a restart (postmortem: "A flag that requires a deploy is not a
 //!   kill switch").
 //! - **Evaluated per request** from an in-memory snapshot: a request never waits on Redis.
@@ -80,6 +82,47 @@ pub use store::{Store, DEFAULT_NAMESPACE};
 /// a Redis restart costs at most 5 s of staleness (the postmortem's kill switch took "under 5
 /// seconds, cluster-wide").
 pub const REFRESH_INTERVAL: Duration = Duration::from_secs(5);
+
+/// The first retry of a failed read comes this soon, doubling per failure up to the re-read
+/// interval: a flag store that dropped one connection answers the next read at once, one that is
+/// down is asked no more often than every interval.
+const RETRY_FIRST: Duration = Duration::from_millis(200);
+
+/// When to read the store again after a read failed (none while reads succeed).
+struct Retry {
+    at: Option<tokio::time::Instant>,
+    backoff: Duration,
+}
+
+impl Retry {
+    fn after(ok: bool) -> Self {
+        let mut r = Self {
+            at: None,
+            backoff: RETRY_FIRST,
+        };
+        r.next(ok);
+        r
+    }
+
+    /// Record a read's outcome: a success clears the retry, a failure schedules the next one.
+    fn next(&mut self, ok: bool) {
+        if ok {
+            self.at = None;
+            self.backoff = RETRY_FIRST;
+        } else {
+            self.at = Some(tokio::time::Instant::now() + self.backoff);
+            self.backoff = (self.backoff * 2).min(REFRESH_INTERVAL);
+        }
+    }
+
+    /// Resolves when a retry is due; never while none is scheduled.
+    async fn wait(&self) {
+        match self.at {
+            Some(at) => tokio::time::sleep_until(at).await,
+            None => std::future::pending().await,
+        }
+    }
+}
 
 /// Current variant of every defined flag.
 #[derive(Debug, Clone, PartialEq)]
@@ -287,51 +330,111 @@ impl Flags {
         metrics: &lab_core::metrics::Metrics,
         last_known: Option<PathBuf>,
     ) -> Arc<Self> {
+        Self::watch_refreshing(store, defs, metrics, last_known, REFRESH_INTERVAL).await
+    }
+
+    /// [`Flags::watch_keeping`], re-reading the store every `refresh` without a message (the
+    /// services use [`REFRESH_INTERVAL`]; a test lengthens it to see what reaches a replica by the
+    /// messages and their retries alone).
+    pub async fn watch_refreshing(
+        store: Store,
+        defs: Arc<Definitions>,
+        metrics: &lab_core::metrics::Metrics,
+        last_known: Option<PathBuf>,
+        refresh: Duration,
+    ) -> Arc<Self> {
         let flags = Arc::new(Self::new(defs, metrics, last_known));
         flags.restore();
-        flags.reload(&store).await;
-        flags.export();
         let weak = Arc::downgrade(&flags);
-        tokio::spawn(async move {
-            let mut backoff = Duration::from_millis(200);
-            loop {
-                let Some(f) = weak.upgrade() else { return };
-                match store.subscribe().await {
-                    Ok(mut messages) => {
-                        backoff = Duration::from_millis(200);
-                        // Re-read after (re)subscribing: changes made while we were away count.
-                        f.reload(&store).await;
-                        drop(f);
-                        let mut tick = tokio::time::interval(REFRESH_INTERVAL);
-                        tick.tick().await;
-                        loop {
-                            tokio::select! {
-                                msg = messages.next() => {
-                                    let Some(f) = weak.upgrade() else { return };
-                                    if msg.is_none() {
-                                        tracing::warn!("flag store subscription ended; resubscribing");
-                                        break;
-                                    }
-                                    f.reload(&store).await;
+        let first = flags.clone();
+        let (started, first_read) = tokio::sync::oneshot::channel();
+        // LAB-FIX(flag-thread): the watcher runs on a thread and runtime of its own, and every
+        // call to the store with it (the store's connections are driven by the runtime that
+        // opened them). On the runtime that serves requests, a reload woken by a kill switch's
+        // message waited behind every queued request task: in the replay's storm the gateway
+        // (thousands of tasks, half its /metrics scrapes failing) applied
+        // `retries.gateway.enabled=off` 15–18 s after the flip (issue 26). The OS shares the
+        // cores between this thread and the workers; no request task can stand in its way.
+        let spawned = std::thread::Builder::new()
+            .name("lab-flags".into())
+            .spawn(move || {
+                let runtime = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(r) => r,
+                    Err(e) => {
+                        tracing::error!(error = %e, "cannot start the flag watcher's runtime; flags stay as they are");
+                        return;
+                    }
+                };
+                runtime.block_on(async move {
+                    first.reload(&store).await;
+                    first.export();
+                    drop(first);
+                    let _ = started.send(());
+                    Self::follow(weak, store, refresh).await;
+                });
+            });
+        match spawned {
+            // The first read (or its failure) before the caller goes on, as before the thread.
+            Ok(_) => {
+                let _ = first_read.await;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot start the flag watcher's thread; flags stay as they are")
+            }
+        }
+        flags
+    }
+
+    /// Follow the store for as long as the flags live: a reload per change message, one per
+    /// `refresh`, and retries of a failed one.
+    async fn follow(weak: std::sync::Weak<Self>, store: Store, refresh: Duration) {
+        let mut backoff = RETRY_FIRST;
+        loop {
+            let Some(f) = weak.upgrade() else { return };
+            match store.subscribe().await {
+                Ok(mut messages) => {
+                    backoff = RETRY_FIRST;
+                    // Re-read after (re)subscribing: changes made while we were away count.
+                    let mut retry = Retry::after(f.reload(&store).await);
+                    drop(f);
+                    let mut tick = tokio::time::interval(refresh);
+                    tick.tick().await;
+                    loop {
+                        tokio::select! {
+                            msg = messages.next() => {
+                                let Some(f) = weak.upgrade() else { return };
+                                if msg.is_none() {
+                                    tracing::warn!("flag store subscription ended; resubscribing");
+                                    break;
                                 }
-                                _ = tick.tick() => {
-                                    let Some(f) = weak.upgrade() else { return };
-                                    f.reload(&store).await;
-                                }
+                                retry.next(f.reload(&store).await);
+                            }
+                            _ = tick.tick() => {
+                                let Some(f) = weak.upgrade() else { return };
+                                retry.next(f.reload(&store).await);
+                            }
+                            // LAB-FIX(flag-retry): a read that failed is tried again within
+                            // RETRY_FIRST..refresh, not at the next tick: the failed read may
+                            // have been the one a kill switch's message asked for.
+                            _ = retry.wait() => {
+                                let Some(f) = weak.upgrade() else { return };
+                                retry.next(f.reload(&store).await);
                             }
                         }
                     }
-                    Err(e) => {
-                        f.reachable.set(0);
-                        tracing::warn!(error = %e, "cannot subscribe to the flag store; keeping last-known values");
-                        drop(f);
-                        tokio::time::sleep(backoff).await;
-                        backoff = (backoff * 2).min(REFRESH_INTERVAL);
-                    }
+                }
+                Err(e) => {
+                    f.reachable.set(0);
+                    tracing::warn!(error = %e, "cannot subscribe to the flag store; keeping last-known values");
+                    drop(f);
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(refresh);
                 }
             }
-        });
-        flags
+        }
     }
 
     /// The snapshot to evaluate one request against.
@@ -343,8 +446,8 @@ impl Flags {
         &self.defs
     }
 
-    /// Read the store and apply what changed.
-    pub async fn reload(&self, store: &Store) {
+    /// Read the store and apply what changed; false when the store could not be read.
+    pub async fn reload(&self, store: &Store) -> bool {
         match store.read().await {
             Ok(contents) if !contents.written && contents.values.is_empty() => {
                 // Lost, not reset: keep what we apply. (At startup that is the last-known
@@ -360,6 +463,7 @@ impl Flags {
                     );
                 }
                 self.empty.set(1);
+                true
             }
             Ok(contents) => {
                 let stored = contents.values;
@@ -384,11 +488,13 @@ impl Flags {
                     *self.current.write().expect("flags lock") = Arc::new(next);
                     self.export();
                 }
+                true
             }
             Err(e) => {
                 self.reloads.with_label_values(&["error"]).inc();
                 self.reachable.set(0);
                 tracing::warn!(error = %e, "cannot read the flag store; keeping last-known values");
+                false
             }
         }
     }

@@ -24,9 +24,16 @@ pub struct Contents {
     pub written: bool,
 }
 
-/// A read of the store may take this long before it counts as a failure: the store is on
-/// loopback or the cluster network, and a slow Redis must never stall a reload loop.
-const OP_TIMEOUT: Duration = Duration::from_millis(500);
+/// A call to the store may take this long before it counts as a failure (the connect, its
+/// handshake and the command each; the redis crate's own 500 ms response timeout is off). No
+/// request waits on the store: reloads run in the background, and a reload that waits longer only
+/// delays a flag that would otherwise not arrive at all. 5 s, the re-read interval
+/// ([`crate::REFRESH_INTERVAL`]): waiting longer gets no value sooner than the next re-read. It
+/// was 500 ms, a loopback round trip's worth with room to spare; on a machine starved by the
+/// replay's storm a round trip from the gateway took longer, every reload timed out and
+/// reconnected, and the kill switch `retries.gateway.enabled=off` reached the gateway 15–18 s
+/// after the flip (issue 26, replays of 764dfb3 and 7aea896).
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
 #[derive(Clone)]
 pub struct Store {
@@ -59,10 +66,18 @@ impl Store {
     }
 
     async fn conn(&self) -> anyhow::Result<redis::aio::MultiplexedConnection> {
-        tokio::time::timeout(OP_TIMEOUT, self.client.get_multiplexed_async_connection())
-            .await
-            .context("connecting to the flag store timed out")?
-            .context("connecting to the flag store")
+        // Our own timeout bounds each call; the crate's (500 ms per response) would undo it.
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(CALL_TIMEOUT))
+            .set_response_timeout(None);
+        tokio::time::timeout(
+            CALL_TIMEOUT,
+            self.client
+                .get_multiplexed_async_connection_with_config(&config),
+        )
+        .await
+        .context("connecting to the flag store timed out")?
+        .context("connecting to the flag store")
     }
 
     /// The flags' stored values (without [`WRITTEN_FIELD`]).
@@ -82,7 +97,7 @@ impl Store {
             }
         };
         let read: anyhow::Result<BTreeMap<String, String>> = tokio::time::timeout(
-            OP_TIMEOUT,
+            CALL_TIMEOUT,
             redis::cmd("HGETALL")
                 .arg(&self.hash_key)
                 .query_async(&mut c),
@@ -96,8 +111,8 @@ impl Store {
                 Ok(Contents { values, written })
             }
             Err(e) => {
-                // Whatever failed (a dropped connection, a stalled one, an error reply), the next
-                // read starts on a new connection.
+                // Whatever failed (a dropped connection, one silent for CALL_TIMEOUT, an error
+                // reply), the next read starts on a new connection.
                 *slot = None;
                 Err(e)
             }
@@ -188,7 +203,7 @@ impl Store {
 
     /// A stream with one item per change notification.
     pub async fn subscribe(&self) -> anyhow::Result<impl Stream<Item = ()> + Unpin> {
-        let mut pubsub = tokio::time::timeout(OP_TIMEOUT, self.client.get_async_pubsub())
+        let mut pubsub = tokio::time::timeout(CALL_TIMEOUT, self.client.get_async_pubsub())
             .await
             .context("subscribing to the flag store timed out")??;
         pubsub

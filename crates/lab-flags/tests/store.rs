@@ -240,3 +240,119 @@ async fn reads_keep_one_connection_and_replace_it_after_a_failure() {
         "one new connection after the failure, shared by the store's clones"
     );
 }
+
+/// A store that answers slowly is waited for: the reload is nobody's request, and on a machine
+/// starved by the replay's storm the gateway's round trip to Redis took longer than the 500 ms
+/// that both this crate and the redis crate used to allow (the kill switch arrived 15–18 s late).
+#[tokio::test]
+async fn a_slow_store_is_waited_for() {
+    use testkit::resp::{fake_redis, Reply};
+    let (url, _) = fake_redis(|name, _| match name.to_ascii_uppercase().as_str() {
+        "HGETALL" => Reply::Late(
+            Duration::from_millis(1500),
+            b"*4\r\n$11\r\nclient.mode\r\n$6\r\nlegacy\r\n$8\r\n_written\r\n$1\r\n1\r\n",
+        ),
+        _ => Reply::Raw(b"+OK\r\n"),
+    })
+    .await;
+    let store = Store::with_namespace(&url, &namespace()).unwrap();
+    let contents = store.read().await.expect("a read answered in 1.5 s");
+    assert_eq!(
+        contents.values.get("client.mode").map(String::as_str),
+        Some("legacy")
+    );
+    assert!(contents.written);
+}
+
+/// A read a change's message asked for, and that failed, is tried again at once, not at the next
+/// re-read: here the re-read is an hour away, so the change arrives by the retry or not at all.
+#[tokio::test]
+async fn a_failed_read_after_a_change_is_retried_before_the_next_re_read() {
+    use testkit::resp::{fake_redis, Reply};
+    let ns = namespace();
+    let channel = format!("{ns}:flags:changed");
+    // The subscription's confirmation, and a change message right behind it.
+    let subscribed: &'static [u8] = Box::leak(
+        format!(
+            "*3\r\n$9\r\nsubscribe\r\n${}\r\n{channel}\r\n:1\r\n\
+             *3\r\n$7\r\nmessage\r\n${}\r\n{channel}\r\n$11\r\nclient.mode\r\n",
+            channel.len(),
+            channel.len()
+        )
+        .into_bytes()
+        .into_boxed_slice(),
+    );
+    // HGETALL 1 (start) and 2 (after subscribing): never written. 3 (the message's): the
+    // connection drops. From 4 on: client.mode=legacy.
+    let (url, _) = fake_redis(move |name, n| match name.to_ascii_uppercase().as_str() {
+        "HGETALL" if n <= 2 => Reply::Raw(b"*0\r\n"),
+        "HGETALL" if n == 3 => Reply::Close,
+        "HGETALL" => {
+            Reply::Raw(b"*4\r\n$11\r\nclient.mode\r\n$6\r\nlegacy\r\n$8\r\n_written\r\n$1\r\n1\r\n")
+        }
+        "SUBSCRIBE" => Reply::Raw(subscribed),
+        _ => Reply::Raw(b"+OK\r\n"),
+    })
+    .await;
+    let store = Store::with_namespace(&url, &ns).unwrap();
+    let metrics = lab_core::metrics::Metrics::new();
+    let flags = Flags::watch_refreshing(
+        store,
+        Arc::new(Definitions::embedded()),
+        &metrics,
+        None,
+        Duration::from_secs(3600),
+    )
+    .await;
+    eventually(|| flags.snapshot().variant("client.mode") == "legacy").await;
+    let errors = metrics
+        .render()
+        .lines()
+        .find(|l| l.starts_with("lab_flags_reloads_total{result=\"error\"}"))
+        .map(str::to_owned);
+    assert_eq!(
+        errors.as_deref(),
+        Some("lab_flags_reloads_total{result=\"error\"} 1"),
+        "the message's read failed once, and the retry read the change"
+    );
+}
+
+/// The watcher does not share the runtime of the process that watches: with the caller's one
+/// worker busy and never yielding (a runtime full of request tasks in a storm), a change still
+/// reaches the flags. On the caller's runtime it would wait for the worker (and this test would
+/// end at its bound).
+#[tokio::test] // a current-thread runtime: one worker, which the test then keeps busy
+async fn a_change_arrives_while_the_watching_runtime_is_busy() {
+    let url = testkit::redis_url().await;
+    let store = Store::with_namespace(&url, &namespace()).unwrap();
+    let flags = Flags::watch(
+        store.clone(),
+        Arc::new(Definitions::embedded()),
+        &lab_core::metrics::Metrics::new(),
+    )
+    .await;
+    assert_eq!(flags.snapshot().variant("client.mode"), "resilient");
+    // The change, from a thread and runtime of its own (an operator's labctl).
+    let operator = std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(store.set("client.mode", "legacy"))
+            .unwrap()
+    });
+    // This runtime's only worker does not yield until the change is seen, or 20 s have passed.
+    let bound = std::time::Instant::now() + Duration::from_secs(20);
+    while flags.snapshot().variant("client.mode") != "legacy" {
+        assert!(
+            std::time::Instant::now() < bound,
+            "the change did not arrive while the watching runtime was busy"
+        );
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "blocking this runtime's only worker is the test's point"
+        )]
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    operator.join().unwrap();
+}

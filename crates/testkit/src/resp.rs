@@ -12,6 +12,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 pub enum Reply {
     /// These bytes, as they are (a RESP value: `+OK\r\n`, `*0\r\n`, `-ERR ...\r\n`).
     Raw(&'static [u8]),
+    /// These bytes after this long (a Redis on a machine starved by a storm); the connection's
+    /// later commands wait behind it, as Redis answers in order.
+    Late(std::time::Duration, &'static [u8]),
     /// Close the connection without answering (a server restarted, a proxy that dropped it).
     Close,
 }
@@ -55,6 +58,12 @@ pub async fn fake_redis(
                         };
                         match answer(&name, n) {
                             Reply::Raw(bytes) => {
+                                if conn.write_all(bytes).await.is_err() {
+                                    return;
+                                }
+                            }
+                            Reply::Late(after, bytes) => {
+                                tokio::time::sleep(after).await;
                                 if conn.write_all(bytes).await.is_err() {
                                     return;
                                 }
