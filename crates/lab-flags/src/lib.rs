@@ -92,13 +92,16 @@ const RETRY_FIRST: Duration = Duration::from_millis(200);
 struct Retry {
     at: Option<tokio::time::Instant>,
     backoff: Duration,
+    /// The longest wait: the re-read interval (a retry later than the next re-read is useless).
+    cap: Duration,
 }
 
 impl Retry {
-    fn after(ok: bool) -> Self {
+    fn after(ok: bool, cap: Duration) -> Self {
         let mut r = Self {
             at: None,
-            backoff: RETRY_FIRST,
+            backoff: RETRY_FIRST.min(cap),
+            cap,
         };
         r.next(ok);
         r
@@ -108,10 +111,10 @@ impl Retry {
     fn next(&mut self, ok: bool) {
         if ok {
             self.at = None;
-            self.backoff = RETRY_FIRST;
+            self.backoff = RETRY_FIRST.min(self.cap);
         } else {
             self.at = Some(tokio::time::Instant::now() + self.backoff);
-            self.backoff = (self.backoff * 2).min(REFRESH_INTERVAL);
+            self.backoff = (self.backoff * 2).min(self.cap);
         }
     }
 
@@ -239,6 +242,12 @@ pub struct Flags {
     last_known: Option<PathBuf>,
     /// What the file holds now (None: not written by this process yet).
     persisted: RwLock<Option<Arc<Snapshot>>>,
+    /// One reload at a time, read and apply together: the watcher's and a caller's reloads
+    /// (they run on different threads) cannot apply an older read over a newer one.
+    reloading: tokio::sync::Mutex<()>,
+    /// Dropped with the flags: tells the watcher's thread to end (and close its connections)
+    /// at once, not at its next wake-up.
+    _stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 impl Flags {
@@ -289,6 +298,8 @@ impl Flags {
             ),
             last_known,
             persisted: RwLock::new(None),
+            reloading: tokio::sync::Mutex::new(()),
+            _stop: None,
         }
     }
 
@@ -343,10 +354,16 @@ impl Flags {
         last_known: Option<PathBuf>,
         refresh: Duration,
     ) -> Arc<Self> {
-        let flags = Arc::new(Self::new(defs, metrics, last_known));
+        let (stop_tx, stop) = tokio::sync::oneshot::channel();
+        let flags = Arc::new(Self {
+            _stop: Some(stop_tx),
+            ..Self::new(defs, metrics, last_known)
+        });
         flags.restore();
         let weak = Arc::downgrade(&flags);
         let first = flags.clone();
+        // Its own connections, opened and driven by its own runtime (see Store::detached).
+        let store = store.detached();
         let (started, first_read) = tokio::sync::oneshot::channel();
         // LAB-FIX(flag-thread): the watcher runs on a thread and runtime of its own, and every
         // call to the store with it (the store's connections are driven by the runtime that
@@ -373,13 +390,15 @@ impl Flags {
                     first.export();
                     drop(first);
                     let _ = started.send(());
-                    Self::follow(weak, store, refresh).await;
+                    Self::follow(weak, store, refresh, stop).await;
                 });
             });
         match spawned {
             // The first read (or its failure) before the caller goes on, as before the thread.
             Ok(_) => {
-                let _ = first_read.await;
+                if first_read.await.is_err() {
+                    tracing::error!("the flag watcher ended before its first read (it panicked?); flags stay as they are");
+                }
             }
             Err(e) => {
                 tracing::error!(error = %e, "cannot start the flag watcher's thread; flags stay as they are")
@@ -390,7 +409,12 @@ impl Flags {
 
     /// Follow the store for as long as the flags live: a reload per change message, one per
     /// `refresh`, and retries of a failed one.
-    async fn follow(weak: std::sync::Weak<Self>, store: Store, refresh: Duration) {
+    async fn follow(
+        weak: std::sync::Weak<Self>,
+        store: Store,
+        refresh: Duration,
+        mut stop: tokio::sync::oneshot::Receiver<()>,
+    ) {
         let mut backoff = RETRY_FIRST;
         loop {
             let Some(f) = weak.upgrade() else { return };
@@ -398,12 +422,13 @@ impl Flags {
                 Ok(mut messages) => {
                     backoff = RETRY_FIRST;
                     // Re-read after (re)subscribing: changes made while we were away count.
-                    let mut retry = Retry::after(f.reload(&store).await);
+                    let mut retry = Retry::after(f.reload(&store).await, refresh);
                     drop(f);
                     let mut tick = tokio::time::interval(refresh);
                     tick.tick().await;
                     loop {
                         tokio::select! {
+                            _ = &mut stop => return,
                             msg = messages.next() => {
                                 let Some(f) = weak.upgrade() else { return };
                                 if msg.is_none() {
@@ -430,7 +455,10 @@ impl Flags {
                     f.reachable.set(0);
                     tracing::warn!(error = %e, "cannot subscribe to the flag store; keeping last-known values");
                     drop(f);
-                    tokio::time::sleep(backoff).await;
+                    tokio::select! {
+                        _ = &mut stop => return,
+                        _ = tokio::time::sleep(backoff) => {}
+                    }
                     backoff = (backoff * 2).min(refresh);
                 }
             }
@@ -448,6 +476,7 @@ impl Flags {
 
     /// Read the store and apply what changed; false when the store could not be read.
     pub async fn reload(&self, store: &Store) -> bool {
+        let _one_at_a_time = self.reloading.lock().await;
         match store.read().await {
             Ok(contents) if !contents.written && contents.values.is_empty() => {
                 // Lost, not reset: keep what we apply. (At startup that is the last-known

@@ -80,6 +80,27 @@ impl Store {
         .context("connecting to the flag store")
     }
 
+    /// This store with a connection slot of its own: the flag watcher's copy, whose connections
+    /// its own runtime opens and drives (a connection is driven by a task on the runtime that
+    /// opened it, so one shared with the caller's runtime would wait on the caller's queue).
+    pub fn detached(&self) -> Self {
+        Self {
+            reader: Default::default(),
+            ..self.clone()
+        }
+    }
+
+    /// Run one write (a pipeline whose replies are ignored) on a new connection, the connect
+    /// and the write each within [`CALL_TIMEOUT`] (the redis crate's own response timeout is
+    /// off, see `conn`): a kill switch's `labctl flags set` fails, it does not hang.
+    async fn write(&self, what: &'static str, pipe: &redis::Pipeline) -> anyhow::Result<()> {
+        let mut c = self.conn().await?;
+        tokio::time::timeout(CALL_TIMEOUT, pipe.query_async::<()>(&mut c))
+            .await
+            .with_context(|| format!("{what} timed out"))?
+            .context(what)
+    }
+
     /// The flags' stored values (without [`WRITTEN_FIELD`]).
     pub async fn read_all(&self) -> anyhow::Result<BTreeMap<String, String>> {
         Ok(self.read().await?.values)
@@ -121,8 +142,7 @@ impl Store {
 
     /// Set one flag and tell every watcher. The caller validates against the definitions.
     pub async fn set(&self, flag: &str, variant: &str) -> anyhow::Result<()> {
-        let mut c = self.conn().await?;
-        let _: () = redis::pipe()
+        let pipe = redis::pipe()
             .atomic()
             .cmd("HSET")
             .arg(&self.hash_key)
@@ -135,16 +155,13 @@ impl Store {
             .arg(&self.channel)
             .arg(flag)
             .ignore()
-            .query_async(&mut c)
-            .await
-            .context("writing the flag store")?;
-        Ok(())
+            .clone();
+        self.write("writing the flag store", &pipe).await
     }
 
     /// Remove one stored value (the flag goes back to its default) and tell every watcher.
     pub async fn unset(&self, flag: &str) -> anyhow::Result<()> {
-        let mut c = self.conn().await?;
-        let _: () = redis::pipe()
+        let pipe = redis::pipe()
             .atomic()
             .cmd("HDEL")
             .arg(&self.hash_key)
@@ -159,17 +176,14 @@ impl Store {
             .arg(&self.channel)
             .arg(flag)
             .ignore()
-            .query_async(&mut c)
-            .await
-            .context("writing the flag store")?;
-        Ok(())
+            .clone();
+        self.write("writing the flag store", &pipe).await
     }
 
     /// Remove every stored value (all flags back to their defaults) and tell every watcher. The
     /// hash keeps [`WRITTEN_FIELD`]: "all defaults" on purpose, not a store that lost its data.
     pub async fn reset(&self) -> anyhow::Result<()> {
-        let mut c = self.conn().await?;
-        let _: () = redis::pipe()
+        let pipe = redis::pipe()
             .atomic()
             .cmd("DEL")
             .arg(&self.hash_key)
@@ -183,22 +197,19 @@ impl Store {
             .arg(&self.channel)
             .arg("*")
             .ignore()
-            .query_async(&mut c)
-            .await
-            .context("resetting the flag store")?;
-        Ok(())
+            .clone();
+        self.write("resetting the flag store", &pipe).await
     }
 
     /// Delete the hash outright, [`WRITTEN_FIELD`] too: what a Redis restarted without
     /// persistence looks like (tests; lab-e2e's cleanup).
     pub async fn forget(&self) -> anyhow::Result<()> {
-        let mut c = self.conn().await?;
-        let _: () = redis::cmd("DEL")
+        let pipe = redis::pipe()
+            .cmd("DEL")
             .arg(&self.hash_key)
-            .query_async(&mut c)
-            .await
-            .context("deleting the flag store")?;
-        Ok(())
+            .ignore()
+            .clone();
+        self.write("deleting the flag store", &pipe).await
     }
 
     /// A stream with one item per change notification.
@@ -206,9 +217,9 @@ impl Store {
         let mut pubsub = tokio::time::timeout(CALL_TIMEOUT, self.client.get_async_pubsub())
             .await
             .context("subscribing to the flag store timed out")??;
-        pubsub
-            .subscribe(&self.channel)
+        tokio::time::timeout(CALL_TIMEOUT, pubsub.subscribe(&self.channel))
             .await
+            .context("subscribing to flag changes timed out")?
             .context("subscribing to flag changes")?;
         Ok(Box::pin(futures::StreamExt::map(
             pubsub.into_on_message(),

@@ -356,3 +356,22 @@ async fn a_change_arrives_while_the_watching_runtime_is_busy() {
     }
     operator.join().unwrap();
 }
+
+/// A write to a store that accepts the connection and never answers fails after its timeout: a
+/// kill switch's `labctl flags set` says the store is not answering, it does not hang (the redis
+/// crate's own response timeout is off, so the store's is the only one).
+#[tokio::test]
+async fn a_write_to_a_silent_store_fails_instead_of_hanging() {
+    use testkit::resp::{fake_redis, Reply};
+    let (url, _) = fake_redis(|name, _| match name.to_ascii_uppercase().as_str() {
+        "EXEC" => Reply::Late(Duration::from_secs(600), b"*0\r\n"),
+        _ => Reply::Raw(b"+OK\r\n"),
+    })
+    .await;
+    let store = Store::with_namespace(&url, &namespace()).unwrap();
+    let set = tokio::time::timeout(Duration::from_secs(20), store.set("client.mode", "legacy"))
+        .await
+        .expect("the write ended by itself, within its own timeout");
+    let err = format!("{:#}", set.expect_err("nobody answered it"));
+    assert!(err.contains("timed out"), "{err}");
+}
