@@ -56,12 +56,13 @@ OUT="${FLOOD_OUT:-${LAB_STATE_DIR:-.lab}/reports/flood-$(date +%s)}"
 STATE="$(mktemp -d /tmp/flood-check.XXXXXX)"
 GW=16080 ORCH=16101 ENT=16201
 mkdir -p "$OUT"
+rm -f "$OUT"/*-flood.json "$OUT"/*-tenants.json   # a reused FLOOD_OUT: no run reads another's files
 [[ -x "$BIN/labctl" ]] || die "build first: cargo build --release --bins"
 
 LABCTL=("$BIN/labctl" --database-url "$DB" --state-dir "$STATE" --data-dir "$DATA")
 FLOOD_PID=""
 cleanup() {
-    [[ -n "$FLOOD_PID" ]] && kill "$FLOOD_PID" 2>/dev/null
+    if [[ -n "$FLOOD_PID" ]]; then kill "$FLOOD_PID" 2>/dev/null || true; fi
     "${LABCTL[@]}" down >/dev/null 2>&1 || true
     rm -rf "$STATE"
 }
@@ -96,8 +97,10 @@ run() {
         --out "$OUT/$name-tenants.json" >"$OUT/$name-tenants.log" 2>&1 ||
         { tail -n 20 "$OUT/$name-tenants.log"; die "$name: the tenants' load failed"; }
     if [[ -n "$FLOOD_PID" ]]; then
-        wait "$FLOOD_PID" || { tail -n 20 "$OUT/$name-flood.log"; die "$name: the flood failed"; }
+        local rc=0
+        wait "$FLOOD_PID" || rc=$?
         FLOOD_PID=""
+        ((rc == 0)) || { tail -n 20 "$OUT/$name-flood.log"; die "$name: the flood failed (exit $rc)"; }
     fi
     metrics "$OUT/$name-after.prom"
     "${LABCTL[@]}" down >/dev/null

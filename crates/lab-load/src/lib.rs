@@ -490,11 +490,16 @@ impl Sender {
         })
     }
 
-    async fn send(&self, doc: Arc<(String, serde_json::Value)>, intended: Instant) {
-        let first = self.track_first && {
+    /// Is this the first request of its key? Asked once per request, in send order (the
+    /// arrival loop, or a closed-loop worker before it sends); always false with unknown keys.
+    fn first(&self, key: &str) -> bool {
+        self.track_first && {
             let mut r = self.rec.lock().expect("recorder lock");
-            !r.seen_keys.contains(&doc.0) && r.seen_keys.insert(doc.0.clone())
-        };
+            !r.seen_keys.contains(key) && r.seen_keys.insert(key.to_owned())
+        }
+    }
+
+    async fn send(&self, doc: Arc<(String, serde_json::Value)>, intended: Instant, first: bool) {
         let result = self
             .client
             .post(&self.url)
@@ -618,11 +623,12 @@ pub async fn run_with(
             )),
         };
         sent += 1;
+        let first = sender.first(&doc.0);
         let (sender, in_flight) = (sender.clone(), in_flight.clone());
         let intended = next;
         in_flight.fetch_add(1, Ordering::Relaxed);
         tasks.spawn(async move {
-            sender.send(doc, intended).await;
+            sender.send(doc, intended, first).await;
             in_flight.fetch_sub(1, Ordering::Relaxed);
         });
         // Reap finished tasks so the set does not grow with the run.
@@ -666,7 +672,8 @@ pub async fn run_closed(
                 let doc = picker.lock().expect("picker lock").next(&mut rng, mix);
                 let Some(doc) = doc else { continue };
                 sent.fetch_add(1, Ordering::Relaxed);
-                sender.send(doc, Instant::now()).await;
+                let first = sender.first(&doc.0);
+                sender.send(doc, Instant::now(), first).await;
             }
         });
     }
