@@ -181,27 +181,31 @@ async fn the_real_trigger_storms_the_legacy_lab_and_the_fixed_one_absorbs_it() {
     backfill::invalidate(&client).await.unwrap();
 
     // Calibrate on this machine: what the stale database serves at most (closed loop, warm
-    // caches from a first probe). With the LEGACY client: at 8 closed-loop clients it neither
-    // storms (nothing times out) nor sheds, so the probe measures the database. The fixed
-    // client's concurrency limit capped the probe below what the database serves: CI once
-    // measured 166 rps that way, and at 1.5x that the legacy client served 252/s with 0% failed
-    // (no overload at all) while the fixed one shed 17% (issue 27's "harm", not this test's).
+    // caches from a first probe), with the LEGACY client: below its timeouts it neither storms
+    // nor sheds, so the probe measures the database. The fixed client's concurrency limit capped
+    // the probe below what the database serves: CI once measured 166 rps that way, and at 1.5x
+    // that the legacy client served 252/s with 0% failed (no overload at all) while the fixed
+    // one shed 17% (issue 27's "harm", not this test's).
     lab.set_flag("client.mode", "legacy").await;
     let keys = lab_seed::read_api_keys(&data).unwrap();
-    let probe = |seconds: u64, seed: u64| {
+    let probe = |clients: usize, seconds: u64, seed: u64| {
         let args = LoadArgs::stream(&lab.gateway.url, 1.0, seconds, TenantMix::Size, seed);
         let source = DocSource::open(Docs::Stream, &data, TenantMix::Size).unwrap();
         let keys = keys.clone();
-        async move { lab_load::run_closed(&args, 8, keys, source).await }
+        async move { lab_load::run_closed(&args, clients, keys, source).await }
     };
-    probe(4, 10).await.unwrap();
-    // The best of three probes: other tests share the 2 cores, and a probe slowed by them
-    // under-measures the capacity (never over-measures it). One did, by more than 1.5x: the
-    // "overload" it chose was within what the legacy client could serve, and legacy failed 0%.
+    probe(8, 4, 10).await.unwrap();
+    // A closed loop serves at most its clients ÷ the latency: 8 clients measured what 8 requests
+    // in flight get through, not what the database can serve. CI on 2026-12-06 measured 169.6 rps
+    // with 8 clients, and at 1.5x that (254/s) both clients answered everything (legacy 0%
+    // failed). So the probe widens: 8, 16 and 32 clients, the best of them (32 in flight is ~0.13 s
+    // of latency at 250 rps, far inside every timeout; a probe slowed by other tests sharing the 2
+    // cores under-measures, never over-measures, so the best is the truest).
     let mut capacity = 0.0f64;
-    for seed in 11..14 {
-        let stale = probe(5, seed).await.unwrap();
+    for (clients, seed) in [(8, 11), (16, 12), (32, 13)] {
+        let stale = probe(clients, 5, seed).await.unwrap();
         let c = stale.per_second.iter().map(|s| s.good).sum::<u64>() as f64 / 5.0;
+        eprintln!("stale capacity probe: {clients} clients, {c:.1} rps");
         capacity = capacity.max(c);
     }
     assert!(capacity > 1.0, "the probe measured a capacity: {capacity}");
