@@ -126,6 +126,10 @@ pub struct LoadArgs {
     /// The seeded tenants' keys, or a never-seen key on every request (a flood).
     #[arg(long, value_enum, default_value_t = Keys::Tenants)]
     pub keys: Keys,
+    /// Only this tenant's documents, with its key (`--docs corpus`): one tenant at a rate of
+    /// your choosing, e.g. past its plan's rate limit, beside the rest of the traffic.
+    #[arg(long)]
+    pub tenant: Option<i64>,
     /// Requests allowed in flight at once; arrivals beyond it are counted as `client_overload`
     /// instead of sent (the generator must not become the bottleneck silently).
     #[arg(long, default_value_t = 10_000)]
@@ -151,6 +155,7 @@ impl LoadArgs {
             tenants,
             docs: Docs::Stream,
             keys: Keys::Tenants,
+            tenant: None,
             max_in_flight: 10_000,
             seed,
             out: None,
@@ -403,7 +408,18 @@ impl Picker {
         };
         match source {
             DocSource::Corpus(corpus) => {
-                let docs: Vec<_> = corpus.into_iter().filter_map(|d| p.body(d)).collect();
+                let docs: Vec<_> = corpus
+                    .into_iter()
+                    .filter(|d| args.tenant.is_none_or(|t| t == d.tenant_id))
+                    .filter_map(|d| p.body(d))
+                    .collect();
+                if let Some(t) = args.tenant {
+                    anyhow::ensure!(
+                        !docs.is_empty(),
+                        "tenant {t} has no documents with an API key in the corpus; pick a \
+                         tenant of `api-keys.json` that the corpus names"
+                    );
+                }
                 anyhow::ensure!(
                     !docs.is_empty(),
                     "no documents with a matching API key; run `labctl seed` first"
@@ -416,7 +432,13 @@ impl Picker {
                 p.docs = docs;
                 p.tenant_lists = by_tenant.into_values().collect();
             }
-            DocSource::Stream(stream) => p.stream = Some(stream),
+            DocSource::Stream(stream) => {
+                anyhow::ensure!(
+                    args.tenant.is_none(),
+                    "--tenant picks from the corpus: add --docs corpus"
+                );
+                p.stream = Some(stream)
+            }
         }
         Ok(p)
     }
@@ -795,6 +817,7 @@ mod tests {
             tenants: TenantMix::Size,
             docs: Docs::Corpus,
             keys: Keys::Tenants,
+            tenant: None,
             max_in_flight: 10_000,
             seed: 7,
             out: None,
@@ -907,5 +930,42 @@ mod tests {
             assert_eq!((id.len(), secret.len()), (12, 64), "{key}");
             assert!(keys.iter().all(|k| !k.api_key.eq_ignore_ascii_case(key)));
         }
+    }
+
+    /// `--tenant` sends that tenant's documents with its key and nothing else, and refuses a
+    /// tenant the corpus does not name, and the stream (which picks tenants by itself).
+    #[tokio::test]
+    async fn one_tenant_sends_only_its_own_documents() {
+        let (gateway, auth) = always_ok().await;
+        let mut args = LoadArgs::stream(&gateway, 200.0, 1, TenantMix::Uniform, 5);
+        args.docs = Docs::Corpus;
+        args.tenant = Some(3);
+        let (keys, docs) = corpus_of(4);
+        let run = run_with(
+            &args,
+            RateControl::new(args.rate).unwrap(),
+            keys.clone(),
+            DocSource::Corpus(docs.clone()),
+        )
+        .await
+        .unwrap();
+        assert!(run.sent > 20, "{}", run.sent);
+        let sent = auth.lock().unwrap().clone();
+        assert!(
+            sent.iter().all(|a| a == "bearer rsl_000000000003_5ec2e7"),
+            "{sent:?}"
+        );
+        assert_eq!(run.first_by_status.values().sum::<u64>(), 1);
+
+        args.tenant = Some(9);
+        let err = run_with(
+            &args,
+            RateControl::new(args.rate).unwrap(),
+            keys,
+            DocSource::Corpus(docs),
+        )
+        .await
+        .expect_err("a tenant without documents");
+        assert!(err.to_string().contains("tenant 9"), "{err}");
     }
 }

@@ -44,8 +44,23 @@ pub async fn run(cli: LoadCli, g: &Globals) -> anyhow::Result<()> {
             let source = lab_load::DocSource::open(args.docs, &g.data_dir, args.tenants)?;
             let control = lab_load::RateControl::new(args.rate)?;
             let follower = lab_load::follow_rate_file(&g.state_dir, control.clone());
+            // Ctrl-C or SIGTERM ends the run as its duration would: no more arrivals, the
+            // answers in flight awaited, the report printed and written.
+            let stopper = control.clone();
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                    .context("listening for SIGTERM")?;
+            let interrupt = tokio::spawn(async move {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+                eprintln!("  stopped: no more arrivals; waiting for the answers in flight");
+                stopper.stop();
+            });
             let report = lab_load::run_with(&args, control, keys, source).await;
             follower.abort();
+            interrupt.abort();
             let report = report?;
             lab_load::print(&report);
             if let Some(path) = &args.out {
