@@ -65,7 +65,9 @@ SECONDS_NOMINAL="$(sed -En 's/^incident in legacy mode: [0-9]+ phases, ([0-9]+) 
 LOAD_PID=$!
 # The incident ends where the replay names its worst trace and stops the lab: the tenant stops
 # there too (SIGTERM: `labctl load` ends its arrivals, awaits what is in flight, writes its report).
-while kill -0 "$REPLAY_PID" 2>/dev/null && ! grep -qE '^(worst trace|lab is down)' "$OUT/replay.log"; do
+# (Only the lines after the incident's start: the calibration stops a lab of its own before it.)
+while kill -0 "$REPLAY_PID" 2>/dev/null &&
+    ! sed -n '/^incident in legacy mode/,$p' "$OUT/replay.log" | grep -qE '^(worst trace|lab is down)'; do
     sleep 0.5
 done
 kill -TERM "$LOAD_PID" 2>/dev/null || true
