@@ -75,7 +75,18 @@ wait "$LOAD_PID" || true
 LOAD_PID=""
 rc=0
 wait "$REPLAY_PID" || rc=$?
-((rc == 0)) || { tail -n 30 "$OUT/replay.log"; die "the replay failed (exit $rc)"; }
+# The replay checks that its counts add up, gateway requests = its own load's answers; the
+# tenant's requests are traffic its load did not send, so that check fails by design (exit 1,
+# report written). Any other failure is one.
+if ((rc != 0)); then
+    if [[ -s "$OUT/replay/summary.json" ]] && grep -q "this run's counts do not add up" "$OUT/replay.log"; then
+        say "the replay's consistency check counted the tenant's requests as other traffic (expected)"
+    else
+        tail -n 30 "$OUT/replay.log"
+        die "the replay failed (exit $rc)"
+    fi
+fi
 [[ -s "$OUT/tenant.json" ]] || { tail -n 20 "$OUT/tenant.log"; die "the tenant's load wrote no report"; }
-python3 "$HERE/lib/ratelimit_storm_report.py" "$OUT" "$TENANT" "$PLAN_RPS" "$RATE" >"$OUT/ratelimit-storm.md"
+python3 "$HERE/lib/ratelimit_storm_report.py" extract "$OUT" "$TENANT" "$PLAN_RPS" "$RATE" >"$OUT/ratelimit-storm.json"
+python3 "$HERE/lib/ratelimit_storm_report.py" render "$OUT/ratelimit-storm.json" >"$OUT/ratelimit-storm.md"
 cat "$OUT/ratelimit-storm.md"
