@@ -878,6 +878,22 @@ mod tests {
         (keys, docs)
     }
 
+    /// One open-loop run of `args` over the corpus `docs` with `keys`.
+    async fn run_corpus(
+        args: &LoadArgs,
+        keys: &[ApiKeyRecord],
+        docs: &[CorpusDoc],
+    ) -> anyhow::Result<LoadReport> {
+        let control = RateControl::new(args.rate)?;
+        run_with(
+            args,
+            control,
+            keys.to_vec(),
+            DocSource::Corpus(docs.to_vec()),
+        )
+        .await
+    }
+
     /// Each tenant's first request is counted once, whatever the run sends after it; a flood run
     /// sends a new well-formed key on every request, none of them a tenant's.
     #[tokio::test]
@@ -886,14 +902,7 @@ mod tests {
         let mut args = LoadArgs::stream(&gateway, 400.0, 1, TenantMix::Uniform, 3);
         args.docs = Docs::Corpus;
         let (keys, docs) = corpus_of(4);
-        let tenants = run_with(
-            &args,
-            RateControl::new(args.rate).unwrap(),
-            keys.clone(),
-            DocSource::Corpus(docs.clone()),
-        )
-        .await
-        .unwrap();
+        let tenants = run_corpus(&args, &keys, &docs).await.unwrap();
         // ~400 requests over 4 tenants: every tenant sent, and each counted once as first.
         assert!(tenants.sent > 40, "{}", tenants.sent);
         assert_eq!(tenants.first_by_status.get("200").copied(), Some(4));
@@ -902,14 +911,7 @@ mod tests {
         auth.lock().unwrap().clear();
 
         args.keys = Keys::Unknown;
-        let flood = run_with(
-            &args,
-            RateControl::new(args.rate).unwrap(),
-            keys.clone(),
-            DocSource::Corpus(docs),
-        )
-        .await
-        .unwrap();
+        let flood = run_corpus(&args, &keys, &docs).await.unwrap();
         assert!(
             flood.first_by_status.is_empty(),
             "{:?}",
@@ -941,14 +943,7 @@ mod tests {
         args.docs = Docs::Corpus;
         args.tenant = Some(3);
         let (keys, docs) = corpus_of(4);
-        let run = run_with(
-            &args,
-            RateControl::new(args.rate).unwrap(),
-            keys.clone(),
-            DocSource::Corpus(docs.clone()),
-        )
-        .await
-        .unwrap();
+        let run = run_corpus(&args, &keys, &docs).await.unwrap();
         assert!(run.sent > 20, "{}", run.sent);
         let sent = auth.lock().unwrap().clone();
         assert!(
@@ -958,14 +953,9 @@ mod tests {
         assert_eq!(run.first_by_status.values().sum::<u64>(), 1);
 
         args.tenant = Some(9);
-        let err = run_with(
-            &args,
-            RateControl::new(args.rate).unwrap(),
-            keys,
-            DocSource::Corpus(docs),
-        )
-        .await
-        .expect_err("a tenant without documents");
+        let err = run_corpus(&args, &keys, &docs)
+            .await
+            .expect_err("a tenant without documents");
         assert!(err.to_string().contains("tenant 9"), "{err}");
     }
 }
