@@ -609,6 +609,11 @@ pub async fn run_with(
     keys: Vec<ApiKeyRecord>,
     source: DocSource,
 ) -> anyhow::Result<LoadReport> {
+    anyhow::ensure!(
+        !(args.keys == Keys::Unknown && args.tenant.is_some()),
+        "--tenant sends one tenant's documents with its key; --keys unknown sends no tenant's key: \
+         pick one"
+    );
     control.set_mix(args.tenants);
     let sender = Sender::new(args)?;
     let mut picker = Picker::new(args, keys, source)?;
@@ -957,5 +962,12 @@ mod tests {
             .await
             .expect_err("a tenant without documents");
         assert!(err.to_string().contains("tenant 9"), "{err}");
+
+        args.tenant = Some(3);
+        args.keys = Keys::Unknown;
+        let err = run_corpus(&args, &keys, &docs)
+            .await
+            .expect_err("a tenant's flood is a contradiction");
+        assert!(err.to_string().contains("pick one"), "{err}");
     }
 }
