@@ -41,7 +41,8 @@ use anyhow::Context;
 pub const RATELIMIT_LIBRARY: &str = include_str!("../redis/ratelimit.lua");
 
 /// The function of [`RATELIMIT_LIBRARY`] the gateway calls: `FCALL lab_gcra 1 <key> <interval
-/// µs> <burst>`, answering `{allowed, retry_after_us}`.
+/// µs> <burst> [<admitted locally since Redis last answered>]`, answering `{allowed,
+/// retry_after_us}`.
 pub const RATELIMIT_FUNCTION: &str = "lab_gcra";
 
 /// Whose user.

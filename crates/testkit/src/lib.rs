@@ -9,9 +9,11 @@
 //!   e.g. the tansu broker scripts/deps.sh starts).
 //! - [`http`]: an HTTP client for tests, with a timeout (`.clippy.toml` bans one without).
 //! - [`resp`]: a stand-in Redis that counts its connections and answers from a function.
+//! - [`proxy`]: a proxy to a real server that a test cuts and restores.
 
 pub mod broker;
 pub mod fixtures;
+pub mod proxy;
 pub mod resp;
 
 use std::sync::OnceLock;

@@ -2,12 +2,10 @@
 //! concurrency, two gateways share one budget, tenants are isolated, and a Redis that goes away
 //! mid-test leaves each gateway limiting on its own buckets (counted) until it is back.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-
 use futures::future::join_all;
 use lab_e2e::{Lab, LabOptions};
 use serde_json::json;
+use testkit::proxy::CuttableProxy;
 use testkit::{fixtures, TestDb};
 
 const DOC: &str = "The payee Vega Labs confirmed.";
@@ -96,47 +94,6 @@ async fn two_gateways_share_one_budget_per_tenant() {
     assert!(g1.0 > 0 && g2.0 > 0, "both gateways admitted some");
 }
 
-/// A TCP proxy to Redis that a test can cut (refusing and dropping connections) and restore.
-struct CuttableProxy {
-    url: String,
-    up: Arc<AtomicBool>,
-}
-
-impl CuttableProxy {
-    async fn start(target: &str) -> Self {
-        let target = target
-            .trim_start_matches("redis://")
-            .trim_end_matches('/')
-            .to_string();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("redis://{}", listener.local_addr().unwrap());
-        let up = Arc::new(AtomicBool::new(true));
-        let flag = up.clone();
-        tokio::spawn(async move {
-            while let Ok((mut inbound, _)) = listener.accept().await {
-                if !flag.load(Ordering::SeqCst) {
-                    continue; // dropped at once: the connection is refused in effect
-                }
-                let target = target.clone();
-                let flag = flag.clone();
-                tokio::spawn(async move {
-                    let Ok(mut outbound) = tokio::net::TcpStream::connect(&target).await else {
-                        return;
-                    };
-                    let copy = tokio::io::copy_bidirectional(&mut inbound, &mut outbound);
-                    let cut = async {
-                        while flag.load(Ordering::SeqCst) {
-                            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-                        }
-                    };
-                    tokio::select! { _ = copy => {}, _ = cut => {} }
-                });
-            }
-        });
-        Self { url, up }
-    }
-}
-
 #[tokio::test]
 async fn redis_down_keeps_the_tenant_limited_on_the_gateways_own_bucket_and_counts_it() {
     let proxy = CuttableProxy::start(&testkit::redis_url().await).await;
@@ -151,7 +108,7 @@ async fn redis_down_keeps_the_tenant_limited_on_the_gateways_own_bucket_and_coun
         "limited while Redis is up"
     );
 
-    proxy.up.store(false, Ordering::SeqCst);
+    proxy.set_up(false);
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     let (ok, limited) = burst(&lab.gateway.url, &a, 6).await;
     // The tenant's plan is 1 rps with a burst of 1, and the gateway's bucket followed what Redis
@@ -172,7 +129,7 @@ async fn redis_down_keeps_the_tenant_limited_on_the_gateways_own_bucket_and_coun
     }
     assert_eq!(local, 6.0, "every decision made without Redis is counted");
 
-    proxy.up.store(true, Ordering::SeqCst);
+    proxy.set_up(true);
     // The tenant's earlier state is still in Redis; wait out its bucket, then it is limited again.
     tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
     assert_eq!(
