@@ -2,7 +2,7 @@
 """ratelimit-storm.md, the report of scripts/ratelimit-storm.sh (issue 28), in two steps:
 
     python3 scripts/lib/ratelimit_storm_report.py extract OUT TENANT PLAN_RPS RATE > OUT/ratelimit-storm.json
-    python3 scripts/lib/ratelimit_storm_report.py render OUT/ratelimit-storm.json > OUT/ratelimit-storm.md
+    python3 scripts/lib/ratelimit_storm_report.py render OUT/ratelimit-storm.json [BEFORE.json] > OUT/ratelimit-storm.md
 
 `extract` reads OUT/tenant.json (`labctl load --out` of the one tenant over its plan),
 OUT/replay/summary.json and OUT/replay/legacy/series.jsonl (the legacy replay: its phases, and
@@ -57,15 +57,16 @@ def counter_at(gateway, rep, what, t):
     return v
 
 
-def render(path):
-    d = json.load(open(path))
-    plan, rate, gw = d["plan_rps"], d["rate_rps"], d["gateway"]
+def per_phase(d):
+    """Per phase of the incident: (name, seconds, 5xx %, decisions, share made without Redis,
+    limited by Redis, limited by the own bucket, 429/s, the tenant's admitted rps)."""
+    rate, gw = d["rate_rps"], d["gateway"]
     reps = sorted({rep for row in gw for rep in row["read"]})
 
     def delta(what, t0, t1):
         return sum(counter_at(gw, r, what, t1) - counter_at(gw, r, what, t0) for r in reps)
 
-    phases, lines, total_429 = d["phases"], [], 0.0
+    phases, rows = d["phases"], []
     for i, ph in enumerate(phases):
         t0 = ph["start"]
         t1 = phases[i + 1]["start"] if i + 1 < len(phases) else gw[-1]["t"]
@@ -74,11 +75,55 @@ def render(path):
         n = sum(dec.values())
         local = dec["local_allowed"] + dec["local_limited"]
         refused = delta("429", t0, t1)
+        rows.append((ph["name"], secs, ph["error_5xx_pct"], n, local / n if n else 0.0,
+                     dec["limited"], dec["local_limited"], refused, max(rate - refused / secs, 0)))
+    return rows
+
+
+def admitted_rps(d):
+    load = d["load"]
+    return (load["sent"] - load["by_status"].get("429", 0)) / load["duration_s"]
+
+
+def compared(d, before_path):
+    """The same run's figures beside an earlier run's (before LAB-FIX(one-account))."""
+    if not before_path:
+        return ""
+    b = json.load(open(before_path))
+    plan = d["plan_rps"]
+    now_rows = {r[0]: r for r in per_phase(d)}
+    lines = []
+    for r in per_phase(b):
+        n = now_rows.get(r[0])
+        lines.append(f"| {r[0]} | {100 * r[4]:.0f}% | {r[8]:.1f} | "
+                     + (f"{100 * n[4]:.0f}% | {n[8]:.1f} |" if n else "— | — |"))
+    return f"""
+
+## Before and after one account (`LAB-FIX(one-account)`)
+
+Until `LAB-FIX(one-account)` the gateway's own bucket and Redis kept separate accounts: what the
+bucket admitted while Redis missed its deadline was never charged in Redis, so where the two
+alternated a tenant got both. Now the bucket's admissions go to Redis with the tenant's next call
+it answers, charged before the decision (at most one burst's worth). The earlier run
+(`{before_path}`, the same script and timings) admitted tenant {b['tenant']} at
+**{admitted_rps(b):.1f} rps ({admitted_rps(b) / b['plan_rps']:.2f}x its plan)**; this one
+**{admitted_rps(d):.1f} rps ({admitted_rps(d) / plan:.2f}x)**. Per phase ("admitted": as in the
+table above, an estimate):
+
+| phase | before: made without Redis | before: tenant admitted, rps | after: made without Redis | after: tenant admitted, rps |
+|---|---:|---:|---:|---:|
+""" + "\n".join(lines)
+
+
+def render(path, before_path=None):
+    d = json.load(open(path))
+    plan, rate = d["plan_rps"], d["rate_rps"]
+    lines, total_429 = [], 0.0
+    for name, secs, e5xx, n, local, lim, lim_local, refused, adm in per_phase(d):
         total_429 += refused
         lines.append(
-            f"| {ph['name']} | {secs:.0f} | {ph['error_5xx_pct']:.1f}% | {int(n)} | "
-            f"{100 * local / n if n else 0:.1f}% | {int(dec['limited'])} + {int(dec['local_limited'])} | "
-            f"{refused / secs:.1f} | {max(rate - refused / secs, 0):.1f} |")
+            f"| {name} | {secs:.0f} | {e5xx:.1f}% | {int(n)} | {100 * local:.1f}% | "
+            f"{int(lim)} + {int(lim_local)} | {refused / secs:.1f} | {adm:.1f} |")
     load = d["load"]
     by, sent, ran = load["by_status"], load["sent"], load["duration_s"]
     limited = by.get("429", 0)
@@ -109,13 +154,13 @@ process's):
 "Made without Redis": decisions taken on the replica's own bucket because Redis missed the 50 ms
 deadline or errored (`decision="local_*"`); before a4b54c1 those requests were let through
 (`fail_open`). The tenant's plan is {plan:.0f} rps; its bucket's burst lets a little more through
-at the start.""")
+at the start.""" + compared(d, before_path))
 
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["extract"]:
         extract(*sys.argv[2:6])
-    elif sys.argv[1:2] == ["render"]:
-        render(sys.argv[2])
+    elif sys.argv[1:2] == ["render"] and len(sys.argv) in (3, 4):
+        render(*sys.argv[2:4])
     else:
-        sys.exit("usage: ratelimit_storm_report.py extract OUT TENANT PLAN RATE | render DATA.json")
+        sys.exit("usage: ratelimit_storm_report.py extract OUT TENANT PLAN RATE | render DATA.json [BEFORE.json]")

@@ -17,12 +17,14 @@
 //! into a full outage of the API (the postmortem's lesson about a dependency's health taking
 //! everything down); the local bucket keeps each tenant to its share and needs nothing remote.
 //! The buckets also follow Redis's decisions while it answers, so an outage does not hand every
-//! tenant a fresh burst, and Redis is told what a bucket admitted (`LAB-FIX(one-account)`): the
-//! next call for the tenant that Redis answers carries the count, and the function charges it
-//! before deciding. Before, the two kept separate accounts, and where a storm made Redis answer
-//! some decisions and not others a tenant at 3x its plan was admitted at 1.16-1.4x it
-//! (`docs/reports/ratelimit-storm.md`). The limiter gets a small deadline of its own so a slow Redis costs each
-//! request at most that much (runbooks/rate-limiter.md).
+//! tenant a fresh burst; and once a bucket has admitted on its own, each call for the tenant
+//! carries the bucket's state (how far ahead of now it is full) until Redis answers one, and
+//! Redis takes the later of its state and the bucket's (`LAB-FIX(one-account)`). Before, the two
+//! kept separate accounts, and where a storm made Redis answer some decisions and not others a
+//! tenant at 3x its plan was admitted at 1.16x it (`docs/reports/ratelimit-storm.md`). A state,
+//! not a count: sent twice (a call that timed out but ran) it charges once, and it has already
+//! drained by the time that passed. The limiter gets a small deadline of its own so a slow Redis
+//! costs each request at most that much (runbooks/rate-limiter.md).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -85,12 +87,19 @@ fn gcra(rps: f64, burst_seconds: f64) -> (Duration, Duration) {
     (interval, interval.mul_f64(burst - 1.0))
 }
 
-/// Each tenant's GCRA state on this replica: its theoretical arrival time, and what this
-/// replica's bucket admitted that Redis has not been told of yet.
+/// Each tenant's GCRA state on this replica.
 #[derive(Default)]
 struct LocalBuckets {
-    tat: std::sync::Mutex<HashMap<i64, Instant>>,
-    owed: std::sync::Mutex<HashMap<i64, u32>>,
+    tat: std::sync::Mutex<HashMap<i64, Bucket>>,
+}
+
+struct Bucket {
+    /// The theoretical arrival time.
+    tat: Instant,
+    /// Requests this bucket admitted on its own, ever, and how many of them Redis had been told
+    /// of when it last answered: unequal while Redis's account misses some.
+    admitted_alone: u64,
+    told: u64,
 }
 
 /// Buckets past their tat hold nothing; pruned when the map grows past this (one entry per
@@ -110,38 +119,46 @@ impl LocalBuckets {
         let now = Instant::now();
         let mut map = self.tat.lock().unwrap_or_else(|e| e.into_inner());
         if map.len() > PRUNE_ABOVE {
-            map.retain(|_, tat| *tat > now);
+            map.retain(|_, b| b.tat > now);
         }
-        let tat = map.entry(tenant).or_insert(now);
-        *tat = (*tat).max(now);
-        let ahead = *tat - now;
+        let b = map.entry(tenant).or_insert(Bucket {
+            tat: now,
+            admitted_alone: 0,
+            told: 0,
+        });
+        b.tat = b.tat.max(now);
+        let ahead = b.tat - now;
         if ahead > tolerance {
             return (!admit).then(|| ahead - tolerance);
         }
-        *tat += interval;
+        b.tat += interval;
+        b.admitted_alone += u64::from(!admit);
         None
     }
 
-    /// Add `n` requests admitted without Redis to what Redis is owed for `tenant`. Bounded like
-    /// the buckets: past [`PRUNE_ABOVE`] tenants owing, the debts are forgiven (an outage that
-    /// long has admitted each tenant its share, and the function would cap each charge at a
-    /// burst anyway).
-    fn owe(&self, tenant: i64, n: u32) {
-        if n == 0 {
-            return;
-        }
-        let mut owed = self.owed.lock().unwrap_or_else(|e| e.into_inner());
-        if owed.len() > PRUNE_ABOVE {
-            owed.clear();
-        }
-        let debt = owed.entry(tenant).or_default();
-        *debt = debt.saturating_add(n);
+    /// How far ahead of now `tenant`'s bucket is full, and how many admissions of its own that
+    /// covers, while Redis has not been told of all of them (`None` otherwise: Redis's account
+    /// is the whole one). Read, not taken: a call that fails, times out or is dropped leaves it
+    /// to the next.
+    fn untold(&self, tenant: i64) -> Option<(Duration, u64)> {
+        let map = self.tat.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(&tenant)
+            .filter(|b| b.admitted_alone != b.told)
+            .map(|b| {
+                (
+                    b.tat.saturating_duration_since(Instant::now()),
+                    b.admitted_alone,
+                )
+            })
     }
 
-    /// What Redis is owed for `tenant`, taken: the caller hands it to Redis, or owes it again.
-    fn take_owed(&self, tenant: i64) -> u32 {
-        let mut owed = self.owed.lock().unwrap_or_else(|e| e.into_inner());
-        owed.remove(&tenant).unwrap_or(0)
+    /// Redis answered a call that carried the state covering `admitted_alone` of `tenant`'s
+    /// own admissions (one admitted meanwhile stays untold).
+    fn told(&self, tenant: i64, admitted_alone: u64) {
+        let mut map = self.tat.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(b) = map.get_mut(&tenant) {
+            b.told = b.told.max(admitted_alone);
+        }
     }
 }
 
@@ -189,12 +206,15 @@ impl RateLimiter {
         let share = f64::from(rps) / f64::from(self.settings.fallback_replicas.max(1));
         let (interval, tolerance) = gcra(share, self.settings.burst_seconds);
         let local = |admit: bool| self.local.take(tenant, interval, tolerance, admit);
-        // LAB-FIX(one-account): what this replica's bucket admitted goes to Redis with this call.
-        // Owed again on any failure, a timeout included: a call that timed out may still have
-        // run, and then the tenant is charged twice, which the function caps at one burst: a
-        // short refusal, never a sustained rate below the plan. Lost, it would be admitted twice.
-        let owed = self.local.take_owed(tenant);
-        let decision = match tokio::time::timeout(deadline, self.eval(tenant, rps, owed)).await {
+        // LAB-FIX(one-account): while this replica's bucket has admitted on its own, the call
+        // carries how far ahead the bucket is full; Redis keeps the later of the two.
+        let untold = self.local.untold(tenant);
+        let ahead = untold.map(|(ahead, _)| ahead);
+        let answer = tokio::time::timeout(deadline, self.eval(tenant, rps, ahead)).await;
+        if let (Some((_, covered)), Ok(Ok(_))) = (untold, &answer) {
+            self.local.told(tenant, covered);
+        }
+        let decision = match answer {
             Ok(Ok((1, _))) => {
                 // Follow Redis: an outage starts from this replica's recent share, not a burst.
                 local(true);
@@ -223,14 +243,8 @@ impl RateLimiter {
                     self.forget_connection();
                 }
                 match local(false) {
-                    None => {
-                        self.local.owe(tenant, owed.saturating_add(1));
-                        Decision::LocalAllowed
-                    }
-                    Some(retry_after) => {
-                        self.local.owe(tenant, owed);
-                        Decision::LocalLimited { retry_after }
-                    }
+                    None => Decision::LocalAllowed,
+                    Some(retry_after) => Decision::LocalLimited { retry_after },
                 }
             }
         };
@@ -257,7 +271,12 @@ impl RateLimiter {
         }
     }
 
-    async fn eval(&self, tenant: i64, rps: u32, owed: u32) -> redis::RedisResult<(i64, i64)> {
+    async fn eval(
+        &self,
+        tenant: i64,
+        rps: u32,
+        ahead: Option<Duration>,
+    ) -> redis::RedisResult<(i64, i64)> {
         let mut conn = {
             let mut guard = self.conn.lock().await;
             match guard.as_ref() {
@@ -277,7 +296,7 @@ impl RateLimiter {
             .arg(format!("{}:rl:{tenant}", self.settings.namespace))
             .arg(interval_us)
             .arg(burst)
-            .arg(owed)
+            .arg(ahead.map_or(0, |a| a.as_micros().max(1) as u64))
             .query_async(&mut conn)
             .await
     }
@@ -449,14 +468,8 @@ mod tests {
         assert_eq!(buckets.take(1, interval, tolerance, false), None);
     }
 
-    /// LAB-FIX(one-account), against the real Redis and its function: Redis answers for 250 ms,
-    /// then is cut for 250 ms, and so on, while a tenant with a 10 rps plan (a burst of 10)
-    /// offers 40 requests a second for 4 s, open loop. Whoever decides each request, the tenant
-    /// gets its burst and its plan over the time that passed. With the two accounts kept apart
-    /// (no debt sent), each cut's admissions came again out of Redis's account: 1.16-1.4x the
-    /// plan in the storm.
-    #[tokio::test]
-    async fn redis_and_the_local_bucket_keep_one_account_when_they_alternate() {
+    /// A limiter on the real Redis and its function, through a proxy the test cuts or slows.
+    async fn through_proxy() -> (Arc<RateLimiter>, testkit::proxy::CuttableProxy) {
         let redis = testkit::redis_url().await;
         lab_flags::acl::load_functions(&redis)
             .await
@@ -470,20 +483,27 @@ mod tests {
             fallback_replicas: 1,
         };
         let limiter = RateLimiter::new(settings, &lab_core::metrics::Metrics::new()).unwrap();
-        let (plan, burst) = (10.0, 10.0);
+        (limiter, proxy)
+    }
+
+    /// `n` decisions for tenant 42 (plan 10 rps), one every `every`, open loop; `flip(i)` runs
+    /// before the i-th. Returns (admitted, decided without Redis, seconds it took).
+    async fn offer(
+        limiter: &Arc<RateLimiter>,
+        n: u32,
+        every: Duration,
+        flip: impl Fn(u32),
+    ) -> (u32, u32, f64) {
         let started = std::time::Instant::now();
-        let mut ticks = tokio::time::interval(Duration::from_millis(25));
+        let mut ticks = tokio::time::interval(every);
         let mut decisions = Vec::new();
-        let mut local = 0;
-        for i in 0..160u32 {
+        for i in 0..n {
             ticks.tick().await;
-            if i % 10 == 0 {
-                proxy.set_up(i % 20 == 0);
-            }
+            flip(i);
             let limiter = limiter.clone();
             decisions.push(tokio::spawn(async move { limiter.check(42, 10).await }));
         }
-        let mut admitted = 0;
+        let (mut admitted, mut local) = (0, 0);
         for d in decisions {
             match d.await.unwrap() {
                 Decision::Allowed => admitted += 1,
@@ -495,7 +515,24 @@ mod tests {
                 Decision::Limited { .. } => {}
             }
         }
-        let elapsed = started.elapsed().as_secs_f64();
+        (admitted, local, started.elapsed().as_secs_f64())
+    }
+
+    /// LAB-FIX(one-account): Redis answers for 250 ms, then is cut for 250 ms, and so on, while
+    /// a tenant with a 10 rps plan (a burst of 10) offers 40 requests a second for 4 s. Whoever
+    /// decides each request, the tenant gets its burst and its plan over the time that passed.
+    /// With the two accounts kept apart (no state sent) each cut's admissions came again out of
+    /// Redis's account: 64 here, and 1.16x the plan in the storm.
+    #[tokio::test]
+    async fn redis_and_the_local_bucket_keep_one_account_when_they_alternate() {
+        let (limiter, proxy) = through_proxy().await;
+        let (plan, burst) = (10.0, 10.0);
+        let (admitted, local, elapsed) = offer(&limiter, 160, Duration::from_millis(25), |i| {
+            if i % 10 == 0 {
+                proxy.set_up(i % 20 == 0);
+            }
+        })
+        .await;
         // The burst and the plan over the run, and a little for the intervals' rounding. Kept
         // apart, the accounts admit about 1.5x the plan here: each cut's bucket refills half a
         // cycle's worth that Redis's account never sees.
@@ -512,5 +549,28 @@ mod tests {
             "{admitted} admitted in {elapsed:.2} s at a {plan} rps plan (burst {burst}): over \
              {bound:.0}; {local} decided without Redis"
         );
+    }
+
+    /// The other half of one account: every other call is answered after the 50 ms deadline
+    /// (Redis ran it and counted the request, but the replica decided on its own bucket), while
+    /// a tenant sends 9 requests a second against its plan of 10 for 6 s. It is within its plan
+    /// and must get every request. Charging what the bucket admitted as a count (160ee9b)
+    /// charged each late call's request twice, 1.5x what the tenant sent: refused within its
+    /// plan once the burst was spent.
+    #[tokio::test]
+    async fn a_tenant_within_its_plan_is_not_charged_twice_when_redis_answers_late() {
+        let (limiter, proxy) = through_proxy().await;
+        // The delay is read when the answer comes, a moment after each decision's call, so
+        // every odd decision's call ran on the connection the even one before it opened.
+        let (admitted, local, elapsed) = offer(&limiter, 54, Duration::from_millis(111), |i| {
+            proxy.set_delay(Duration::from_millis(if i % 2 == 1 { 80 } else { 0 }));
+        })
+        .await;
+        eprintln!("{admitted} of 54 admitted in {elapsed:.2} s, {local} decided locally");
+        assert!(
+            (14..=40).contains(&local),
+            "the test must alternate: {local} of 54 decided without Redis"
+        );
+        assert!(admitted >= 53, "{admitted} of 54 admitted within the plan");
     }
 }
