@@ -103,12 +103,15 @@ def compared(d, before_path):
 
 Until `LAB-FIX(one-account)` the gateway's own bucket and Redis kept separate accounts: what the
 bucket admitted while Redis missed its deadline was never charged in Redis, so where the two
-alternated a tenant got both. Now the bucket's admissions go to Redis with the tenant's next call
-it answers, charged before the decision (at most one burst's worth). The earlier run
-(`{before_path}`, the same script and timings) admitted tenant {b['tenant']} at
-**{admitted_rps(b):.1f} rps ({admitted_rps(b) / b['plan_rps']:.2f}x its plan)**; this one
-**{admitted_rps(d):.1f} rps ({admitted_rps(d) / plan:.2f}x)**. Per phase ("admitted": as in the
-table above, an estimate):
+alternated a tenant got both. Now, once a bucket has admitted on its own, each call for the
+tenant carries how far ahead the bucket is full until Redis answers one, and Redis keeps the
+later of its state and the bucket's (at most a full bucket's). The earlier run
+(`{before_path}`, the same script and timings, its own calibration) admitted tenant
+{b['tenant']} at **{admitted_rps(b):.1f} rps ({admitted_rps(b) / b['plan_rps']:.2f}x its
+plan)**; this one **{admitted_rps(d):.1f} rps ({admitted_rps(d) / plan:.2f}x)**. Both include
+the tenant's first burst (its bucket starts full: the steady rows). Per phase ("admitted": as in
+the table above, an estimate from the offered rate less the 429s, so a short phase reads a
+Poisson process's noise):
 
 | phase | before: made without Redis | before: tenant admitted, rps | after: made without Redis | after: tenant admitted, rps |
 |---|---:|---:|---:|---:|
