@@ -52,6 +52,47 @@ pub async fn ensure(
     Ok(ensured)
 }
 
+/// Delete `topic` with every event the broker holds in it, then create it as [`ensure`] does.
+/// Returns how many times the create was tried: a broker may finish a deletion after it
+/// answered (Kafka marks a topic for deletion), and a create meanwhile finds it still there.
+pub async fn recreate(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    replication: i32,
+    timeout: Duration,
+) -> anyhow::Result<u32> {
+    let admin: AdminClient<DefaultClientContext> = crate::client_config(bootstrap)
+        .create()
+        .with_context(|| format!("kafka admin client for {bootstrap}"))?;
+    let opts = AdminOptions::new()
+        .operation_timeout(Some(timeout))
+        .request_timeout(Some(timeout));
+    let deleted = admin
+        .delete_topics(&[topic], &opts)
+        .await
+        .with_context(|| format!("deleting topic {topic} on {bootstrap}"))?;
+    match deleted.into_iter().next() {
+        Some(Ok(_)) | Some(Err((_, RDKafkaErrorCode::UnknownTopicOrPartition))) => {}
+        Some(Err((_, code))) => bail!("deleting topic {topic} on {bootstrap}: {code:?}"),
+        None => bail!("deleting topic {topic} on {bootstrap}: the broker answered nothing"),
+    }
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match ensure(bootstrap, topic, partitions, replication, timeout).await? {
+            Ensured::Created => return Ok(tries),
+            Ensured::AlreadyThere if tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
+            Ensured::AlreadyThere => {
+                bail!("topic {topic} on {bootstrap} was still there {timeout:?} after its deletion")
+            }
+        }
+    }
+}
+
 /// Partitions of `topic` per the broker's metadata (waits, bounded, for a just-created topic to
 /// show up in it).
 async fn partition_count(

@@ -209,3 +209,38 @@ async fn group_lag_counts_every_unconsumed_event() {
         assert_eq!(known.lag, want, "{with_known:?}");
     }
 }
+
+/// A recreated topic holds nothing of what was published to it before: the native lab drops the
+/// last lab's events at `labctl up` (tansu's memory storage pays for every event it holds on
+/// every fetch: issue 29).
+#[tokio::test]
+async fn a_recreated_topic_is_empty() {
+    let brokers = testkit::kafka_bootstrap().await;
+    let name = testkit::unique_name("test.recreate");
+    topic::ensure(&brokers, &name, 2, 1, TIMEOUT).await.unwrap();
+    let registry = Registry::new();
+    let p = EventProducer::new(&settings(&brokers, &name), &registry)
+        .unwrap()
+        .expect("brokers are set");
+    for i in 0..20 {
+        p.publish(&format!("k{i}"), b"{}", &[]);
+    }
+    wait_drained(&p).await;
+    drop(p);
+    let ends = |brokers: String, name: String| {
+        tokio::task::spawn_blocking(move || {
+            lab_kafka::lag::group_lag(&brokers, "test-recreate-reader", &name, TIMEOUT)
+                .unwrap()
+                .iter()
+                .map(|l| l.log_end)
+                .sum::<i64>()
+        })
+    };
+    let before = ends(brokers.clone(), name.clone()).await.unwrap();
+    assert!(before > 0, "the events were published: log ends {before}");
+    topic::recreate(&brokers, &name, 2, 1, TIMEOUT)
+        .await
+        .unwrap();
+    let after = ends(brokers.clone(), name.clone()).await.unwrap();
+    assert_eq!(after, 0, "the recreated topic's log ends");
+}
