@@ -14,8 +14,8 @@
 -- deadline). The account keeps the later of the two, so one that alternates between Redis and
 -- a replica's bucket is one account (issue 28: a tenant at 3x its plan was admitted at 1.16x
 -- while they kept two). A state, not a count: sent twice (a call that timed out after it ran)
--- it charges once, and it has drained with the time that passed. It can set the account no
--- later than a full bucket's. Returns {allowed, retry_after_us}. Numbers stay below 2^53
+-- it charges once, and it has drained with the time that passed until it was sent (a call run
+-- late applies it at the later clock). It can set the account no later than a full bucket's. Returns {allowed, retry_after_us}. Numbers stay below 2^53
 -- microseconds, exact in Lua's doubles; they are written with %.0f because tostring would
 -- switch to exponent notation and lose precision.
 local function gcra(keys, args)

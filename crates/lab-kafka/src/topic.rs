@@ -77,20 +77,39 @@ pub async fn recreate(
         Some(Err((_, code))) => bail!("deleting topic {topic} on {bootstrap}: {code:?}"),
         None => bail!("deleting topic {topic} on {bootstrap}: the broker answered nothing"),
     }
+    // Only the create is retried, within what is left of `timeout`: a topic still being
+    // deleted answers TopicAlreadyExists (with whatever partitions it had).
     let deadline = tokio::time::Instant::now() + timeout;
+    let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(replication));
     let mut tries = 0;
     loop {
         tries += 1;
-        match ensure(bootstrap, topic, partitions, replication, timeout).await? {
-            Ensured::Created => return Ok(tries),
-            Ensured::AlreadyThere if tokio::time::Instant::now() < deadline => {
+        let created = admin
+            .create_topics([&new], &opts)
+            .await
+            .with_context(|| format!("creating topic {topic} on {bootstrap}"))?;
+        match created.into_iter().next() {
+            Some(Ok(_)) => break,
+            Some(Err((_, RDKafkaErrorCode::TopicAlreadyExists)))
+                if tokio::time::Instant::now() < deadline =>
+            {
                 tokio::time::sleep(Duration::from_millis(100)).await
             }
-            Ensured::AlreadyThere => {
+            Some(Err((_, RDKafkaErrorCode::TopicAlreadyExists))) => {
                 bail!("topic {topic} on {bootstrap} was still there {timeout:?} after its deletion")
             }
+            Some(Err((_, code))) => bail!("creating topic {topic} on {bootstrap}: {code:?}"),
+            None => bail!("creating topic {topic} on {bootstrap}: the broker answered nothing"),
         }
     }
+    let left = deadline
+        .saturating_duration_since(tokio::time::Instant::now())
+        .max(Duration::from_secs(1));
+    let found = partition_count(Arc::new(admin), topic, left).await?;
+    if found != partitions {
+        bail!("topic {topic} on {bootstrap} was created with {found} partitions, not {partitions}");
+    }
+    Ok(tries)
 }
 
 /// Partitions of `topic` per the broker's metadata (waits, bounded, for a just-created topic to

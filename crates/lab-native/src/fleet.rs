@@ -671,6 +671,38 @@ fn refuse_if_up(state_dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The plans of the native labs up on this machine: every live `labctl supervise --plan PATH`
+/// process (their state directories are other than this one's, which `refuse_if_up` checked).
+/// An error where `/proc` cannot be read: the caller then assumes another lab may be up.
+pub fn other_labs_up() -> anyhow::Result<Vec<PathBuf>> {
+    let mut plans = Vec::new();
+    for entry in std::fs::read_dir("/proc").context("reading /proc")? {
+        let Ok(entry) = entry else { continue };
+        if !entry
+            .file_name()
+            .to_string_lossy()
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+        {
+            continue;
+        }
+        // A process may end between the listing and the read: skip it.
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+        if let Some(i) = args
+            .windows(2)
+            .position(|w| w[0] == b"supervise" && w[1] == b"--plan")
+        {
+            if let Some(plan) = args.get(i + 2).filter(|p| !p.is_empty()) {
+                plans.push(PathBuf::from(String::from_utf8_lossy(plan).into_owned()));
+            }
+        }
+    }
+    Ok(plans)
+}
+
 /// `args` with the enrichment consumer group filled in: a new group per run
 /// (`enrichment-workers-<unix seconds>`, see `--enrichment-group`) unless one is named; and
 /// whether it is such a new group.
@@ -738,20 +770,47 @@ fn preflight(plan: &Plan) -> anyhow::Result<()> {
 /// fetch: at 400 documents/s it took 0.37 ms of CPU per event when empty and 1.62 ms holding
 /// the ~350,000 events of a replay, a rate-limit storm and a few loads, so a lab ran slower the
 /// more labs had run before it, and a replay's second mode on a fuller broker than its first
-/// (issue 29). A named group (`--enrichment-group`) keeps the topic and its events.
+/// (issue 29). A named group (`--enrichment-group`) keeps the topic and its events, and so does
+/// another native lab up on this machine ([`other_labs_up`]), or not knowing whether one is.
 async fn prepare_kafka(k: &str, new_group: Option<&str>) -> anyhow::Result<()> {
     use lab_api::events::{DOC_INGESTED_PARTITIONS, DOC_INGESTED_TOPIC};
     let timeout = Duration::from_secs(10);
     let context =
         || format!("Kafka at {k} (scripts/deps.sh starts one; --kafka '' runs the lab without)");
-    if new_group.is_some() {
-        lab_kafka::topic::recreate(k, DOC_INGESTED_TOPIC, DOC_INGESTED_PARTITIONS, 1, timeout)
-            .await
-            .with_context(context)?;
-        println!(
-            "kafka: {DOC_INGESTED_TOPIC} x{DOC_INGESTED_PARTITIONS} on {k} (emptied: created anew)"
-        );
-    } else {
+    // Never from under a reader: another lab on the same brokers (a scenarios check's own lab,
+    // in another state directory) may be consuming it.
+    // Never from under a reader: another native lab on this machine (a scenarios check's own
+    // lab, in another state directory) may be consuming it. (The broker cannot tell: tansu lists
+    // no live members of a group.) This lab's own supervisor is not up yet (`refuse_if_up`).
+    let emptied = match (new_group, other_labs_up()) {
+        (None, _) => false,
+        (Some(_), Ok(others)) if others.is_empty() => {
+            lab_kafka::topic::recreate(k, DOC_INGESTED_TOPIC, DOC_INGESTED_PARTITIONS, 1, timeout)
+                .await
+                .with_context(context)?;
+            println!(
+                "kafka: {DOC_INGESTED_TOPIC} x{DOC_INGESTED_PARTITIONS} on {k} (emptied: created \
+                 anew)"
+            );
+            true
+        }
+        (Some(_), Ok(others)) => {
+            let plans: Vec<String> = others.iter().map(|p| p.display().to_string()).collect();
+            println!(
+                "kafka: {DOC_INGESTED_TOPIC} kept, not emptied: another lab is up ({})",
+                plans.join(", ")
+            );
+            false
+        }
+        (Some(_), Err(e)) => {
+            println!(
+                "kafka: {DOC_INGESTED_TOPIC} kept, not emptied: cannot tell whether another lab \
+                 is up ({e:#})"
+            );
+            false
+        }
+    };
+    if !emptied {
         let ensured =
             lab_kafka::topic::ensure(k, DOC_INGESTED_TOPIC, DOC_INGESTED_PARTITIONS, 1, timeout)
                 .await
@@ -1044,6 +1103,25 @@ pub async fn status(state_dir: &Path, json: bool) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `labctl up` keeps doc.ingested while another lab's supervisor runs on this machine: a
+    /// process whose command line is `... supervise --plan PATH` is found while it lives.
+    #[test]
+    fn another_labs_supervisor_is_found_while_it_runs() {
+        let plan = format!("/tmp/other-lab-{}/run/plan.json", std::process::id());
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "sleep 30; :", "supervise", "--plan", &plan])
+            .spawn()
+            .unwrap();
+        let found = other_labs_up().unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(
+            found.contains(&PathBuf::from(&plan)),
+            "{plan} not among {found:?}"
+        );
+        assert!(!other_labs_up().unwrap().contains(&PathBuf::from(&plan)));
+    }
     use clap::Parser;
 
     #[derive(Parser)]

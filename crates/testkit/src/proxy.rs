@@ -7,8 +7,10 @@ use std::time::Duration;
 
 /// Cut (`up` false): connections it forwards are closed within 20 ms and new ones are dropped at
 /// once (a connection refused, in effect). Restored (`up` true): new connections are forwarded.
-/// Slowed ([`CuttableProxy::set_delay`]): every answer reaches the client that much later — the
-/// server did the work, the client may have given up on it (a Redis on a starved machine).
+/// Slowed ([`CuttableProxy::set_delay`]): each read of the server's answers is held that long
+/// before it is forwarded, in order (answers queued behind it wait for it too) — the server did
+/// the work, the client may have given up on it (a Redis on a starved machine). When the client
+/// closes, answers still held are dropped.
 pub struct CuttableProxy {
     /// The proxy's URL, with the target's scheme (`redis://127.0.0.1:<port>`).
     pub url: String,

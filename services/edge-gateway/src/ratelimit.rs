@@ -22,8 +22,9 @@
 //! Redis takes the later of its state and the bucket's (`LAB-FIX(one-account)`). Before, the two
 //! kept separate accounts, and where a storm made Redis answer some decisions and not others a
 //! tenant at 3x its plan was admitted at 1.16x it (`docs/reports/ratelimit-storm.md`). A state,
-//! not a count: sent twice (a call that timed out but ran) it charges once, and it has already
-//! drained by the time that passed. The limiter gets a small deadline of its own so a slow Redis
+//! not a count: sent twice (a call that timed out but ran) it charges once, and it has drained
+//! with the time that passed until it was sent (where it over- or under-charges:
+//! runbooks/rate-limiter.md). The limiter gets a small deadline of its own so a slow Redis
 //! costs each request at most that much (runbooks/rate-limiter.md).
 
 use std::collections::HashMap;
