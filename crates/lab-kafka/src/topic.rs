@@ -15,6 +15,20 @@ pub enum Ensured {
     AlreadyThere,
 }
 
+/// An admin client for `bootstrap`, and options that bound each operation by `timeout`.
+fn admin(
+    bootstrap: &str,
+    timeout: Duration,
+) -> anyhow::Result<(AdminClient<DefaultClientContext>, AdminOptions)> {
+    let admin = crate::client_config(bootstrap)
+        .create()
+        .with_context(|| format!("kafka admin client for {bootstrap}"))?;
+    let opts = AdminOptions::new()
+        .operation_timeout(Some(timeout))
+        .request_timeout(Some(timeout));
+    Ok((admin, opts))
+}
+
 /// Create `topic` with `partitions` partitions unless it exists; if it exists with another
 /// partition count, fail: keys would hash to other partitions than the lab's numbers assume, and
 /// shrinking is impossible in Kafka anyway, so a human must decide.
@@ -25,12 +39,7 @@ pub async fn ensure(
     replication: i32,
     timeout: Duration,
 ) -> anyhow::Result<Ensured> {
-    let admin: AdminClient<DefaultClientContext> = crate::client_config(bootstrap)
-        .create()
-        .with_context(|| format!("kafka admin client for {bootstrap}"))?;
-    let opts = AdminOptions::new()
-        .operation_timeout(Some(timeout))
-        .request_timeout(Some(timeout));
+    let (admin, opts) = admin(bootstrap, timeout)?;
     let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(replication));
     let results = admin
         .create_topics([&new], &opts)
@@ -62,12 +71,7 @@ pub async fn recreate(
     replication: i32,
     timeout: Duration,
 ) -> anyhow::Result<u32> {
-    let admin: AdminClient<DefaultClientContext> = crate::client_config(bootstrap)
-        .create()
-        .with_context(|| format!("kafka admin client for {bootstrap}"))?;
-    let opts = AdminOptions::new()
-        .operation_timeout(Some(timeout))
-        .request_timeout(Some(timeout));
+    let (admin, opts) = admin(bootstrap, timeout)?;
     let deleted = admin
         .delete_topics(&[topic], &opts)
         .await
