@@ -1113,6 +1113,15 @@ mod tests {
             .args(["-c", "sleep 30; :", "supervise", "--plan", &plan])
             .spawn()
             .unwrap();
+        // `spawn` returns once the child is forked, not once it has run `sh`: until then its
+        // command line is still this test's. Wait for the exec (bounded), then look.
+        let cmdline = format!("/proc/{}/cmdline", child.id());
+        for _ in 0..500 {
+            if std::fs::read(&cmdline).is_ok_and(|c| c.windows(6).any(|w| w == b"--plan")) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
         let found = other_labs_up().unwrap();
         child.kill().unwrap();
         child.wait().unwrap();
