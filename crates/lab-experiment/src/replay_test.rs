@@ -271,10 +271,18 @@ async fn the_real_trigger_storms_the_legacy_lab_and_the_fixed_one_absorbs_it() {
                 legacy.orphaned_handlers, legacy.abandoned_share, fixed.abandoned_share
             ),
         ),
-        // ...and the fix absorbs it: no work for nobody, and more answers in time.
+        // ...and the fix absorbs it: no work for nobody, and more answers in time. Judged in
+        // handler seconds, not requests: a fixed handler cancelled at the user's deadline ends a
+        // timer tick and a poll after it, so it counts as a request "finished after the user had
+        // gone" with microseconds of work in it. A CI run at 749 rps (both cores saturated) read
+        // 0.024 of the resilient requests that way; the seconds are what an orphan wastes.
         (
-            fixed.abandoned_share <= 0.02,
-            format!("resilient abandons nothing: {:.3}", fixed.abandoned_share),
+            fixed.abandoned_seconds_share <= 0.02,
+            format!(
+                "resilient abandons nothing: {:.3} of entity-service's handler seconds after the \
+                 user had gone ({:.3} of its requests ended after the deadline)",
+                fixed.abandoned_seconds_share, fixed.abandoned_share
+            ),
         ),
         (
             fixed.goodput() >= 1.5 * legacy.goodput(),
