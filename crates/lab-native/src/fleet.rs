@@ -1107,6 +1107,10 @@ mod tests {
     /// `labctl up` keeps doc.ingested while another lab's supervisor runs on this machine: a
     /// process whose command line is `... supervise --plan PATH` is found while it lives.
     #[test]
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "a plain #[test] thread polling /proc: no runtime to block"
+    )]
     fn another_labs_supervisor_is_found_while_it_runs() {
         let plan = format!("/tmp/other-lab-{}/run/plan.json", std::process::id());
         let mut child = std::process::Command::new("sh")
