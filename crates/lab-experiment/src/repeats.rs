@@ -581,6 +581,7 @@ mod tests {
             stale_per_second: Some([stale - 3.0, stale + 3.0]),
             healthy_probe_goodput: vec![],
             stale_probe_goodput: vec![],
+            stale_lookups_rps: None,
             stale_over_healthy: stale / healthy,
             stale_utilisation: 0.9,
             rate: 0.9 * stale,

@@ -18,7 +18,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use serde::Serialize;
@@ -169,6 +169,12 @@ pub struct Calibration {
     pub healthy_probe_goodput: Vec<u64>,
     #[serde(default)]
     pub stale_probe_goodput: Vec<u64>,
+    /// Hot candidate lookups per second PostgreSQL answered during the stale probe (every
+    /// entity-service's `entity_db_query_duration_seconds_count{query="candidate"}`, inside the
+    /// seconds its goodput is counted over): the stale database's capacity in the unit the plan flip makes dear, which
+    /// no cache state changes (a document's lookups do: cold caches need more per document).
+    #[serde(default)]
+    pub stale_lookups_rps: Option<f64>,
     #[serde(deserialize_with = "nan_if_null")]
     pub stale_over_healthy: f64,
     #[serde(deserialize_with = "nan_if_null")]
@@ -281,12 +287,13 @@ pub(super) async fn closed_loop(
     Ok((probe, r))
 }
 
-/// The largest orchestrator RSS of the running lab, MB.
-async fn orchestrator_rss_mb(g: &Globals) -> Option<f64> {
+/// Every running `binary` replica's /metrics text, or `None` if the lab's state or any
+/// replica could not be read.
+async fn metrics_of(g: &Globals, binary: &str) -> Option<Vec<String>> {
     let state = lab_native::supervise::read_state(&g.state_dir).ok()??;
     let http = crate::scrape::client();
-    let mut max: Option<f64> = None;
-    for p in state.procs.iter().filter(|p| p.binary == "orchestrator") {
+    let mut texts = Vec::new();
+    for p in state.procs.iter().filter(|p| p.binary == binary) {
         let text = http
             .get(format!("http://127.0.0.1:{}/metrics", p.admin_port))
             .send()
@@ -295,15 +302,44 @@ async fn orchestrator_rss_mb(g: &Globals) -> Option<f64> {
             .text()
             .await
             .ok()?;
-        let v = lab_core::exposition::samples(&text)
-            .find(|s| s.name == "process_resident_memory_bytes")
-            .map(|s| s.value / 1e6);
-        max = match (max, v) {
-            (Some(a), Some(b)) => Some(a.max(b)),
-            (a, b) => a.or(b),
-        };
+        texts.push(text);
     }
-    max
+    Some(texts)
+}
+
+/// The largest orchestrator RSS of the running lab, MB.
+async fn orchestrator_rss_mb(g: &Globals) -> Option<f64> {
+    metrics_of(g, "orchestrator")
+        .await?
+        .iter()
+        .fold(None, |max, text| {
+            let v = lab_core::exposition::samples(text)
+                .find(|s| s.name == "process_resident_memory_bytes")
+                .map(|s| s.value / 1e6);
+            match (max, v) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                (a, b) => a.or(b),
+            }
+        })
+}
+
+/// Hot candidate lookups answered so far, summed over the running entity-services (`None`
+/// unless every one was read and one reported them).
+async fn candidate_lookups(g: &Globals) -> Option<f64> {
+    let texts = metrics_of(g, "entity-service").await?;
+    let found: Vec<f64> = texts
+        .iter()
+        .flat_map(|text| {
+            lab_core::exposition::samples(text)
+                .filter(|s| {
+                    s.name == "entity_db_query_duration_seconds_count"
+                        && lab_core::exposition::label(s.labels, "query") == Some("candidate")
+                })
+                .map(|s| s.value)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    (!found.is_empty()).then(|| found.iter().sum())
 }
 
 async fn set_resilient(g: &Globals) -> anyhow::Result<()> {
@@ -395,17 +431,38 @@ pub(super) async fn calibrate(
     let backfill_ran = populate_if_needed(g, &log).await?;
     println!("  the plan flip (09:41): backfill --only invalidate");
     act(g, Action::INVALIDATE, &log).await?;
-    let (stale_probe, _) = closed_loop(
-        args,
-        g,
-        keys,
-        args.stale_probe() + 2,
-        args.stale_probe(),
-        args.seed.wrapping_add(2000),
-    )
-    .await?;
+    // The probe's goodput counts its last `stale_probe()` seconds, after a 2 s lead-in; its
+    // lookups are counted inside the same stretch, from two scrapes made while the load runs
+    // (one second short of its end: the load starts after its document source opens), and
+    // divided by the time between them.
+    const LEAD: u64 = 2;
+    let window = args.stale_probe();
+    let lookups = async {
+        tokio::time::sleep(Duration::from_secs(LEAD)).await;
+        let a = candidate_lookups(g).await?;
+        let t = Instant::now();
+        tokio::time::sleep(Duration::from_secs(window.saturating_sub(1).max(1))).await;
+        let b = candidate_lookups(g).await?;
+        // A replica restarted in between counts from 0 again: not measured.
+        (b >= a).then(|| (b - a) / t.elapsed().as_secs_f64())
+    };
+    let (probe, stale_lookups_rps) = tokio::join!(
+        closed_loop(
+            args,
+            g,
+            keys,
+            window + LEAD,
+            window,
+            args.seed.wrapping_add(2000),
+        ),
+        lookups
+    );
+    let (stale_probe, _) = probe?;
     let stale = stale_probe.mean;
-    println!("  stale capacity: {stale:.0} rps");
+    println!(
+        "  stale capacity: {stale:.0} rps; {} hot lookups/s",
+        stale_lookups_rps.map_or("not measured".into(), |v| format!("{v:.0}"))
+    );
     act(g, Action::ANALYZE, &log).await?;
     lab_native::down(&g.state_dir).await?;
     anyhow::ensure!(
@@ -428,6 +485,7 @@ pub(super) async fn calibrate(
         stale_per_second: Some([stale_probe.min, stale_probe.max]),
         healthy_probe_goodput: healthy_probe.good,
         stale_probe_goodput: stale_probe.good,
+        stale_lookups_rps,
         stale_over_healthy: stale / healthy,
         stale_utilisation: args.stale_utilisation,
         rate,
@@ -491,6 +549,7 @@ pub fn doc(s: &Summary) -> Doc {
     timeline_doc(&mut d, sc, s.time_scale, modes);
     comparison_doc(&mut d, sc, modes);
     fix_doc(&mut d, cal, modes);
+    database_doc(&mut d, sc, cal, modes);
     phases_doc(&mut d, sc, cal, modes);
     d
 }
@@ -546,6 +605,14 @@ fn calibration_doc(d: &mut Doc, cal: &Calibration) {
         ("calibration time", format!("{:.0} s", cal.seconds)),
     ] {
         t.row(vec![what.into(), value.into()]);
+        // Measured since issue 27's database section; older summaries have no figure (and
+        // their reports no row).
+        if let (true, Some(v)) = (what == "stale-plan capacity", cal.stale_lookups_rps) {
+            t.row(vec![
+                "stale-plan hot lookups (the same probe)".into(),
+                format!("{v:.0} per second").into(),
+            ]);
+        }
     }
     d.h2("Calibration").table(t).list(cal.notes.clone());
 }
@@ -702,6 +769,104 @@ fn fix_doc(d: &mut Doc, cal: &Calibration, modes: &[ModeReport]) {
     );
 }
 
+/// The phases from the one that flips the plan up to (not including) the one that cures it:
+/// the stale window of [`fix_quality`], by index.
+fn stale_phases(sc: &Scenario) -> Option<std::ops::Range<usize>> {
+    let has = |p: &scenario::Phase, f: fn(&Action) -> bool| p.run.iter().any(|s| f(&s.action));
+    let from = sc
+        .phases
+        .iter()
+        .position(|p| has(p, Action::invalidates_plans))?;
+    let to = sc.phases.iter().position(|p| has(p, Action::cures_plans))?;
+    (from < to).then_some(from..to)
+}
+
+/// A phase's hot lookups per second as a share of the stale probe's, if both were measured.
+fn stale_database_share(
+    summary: &lab_report::summary::PhaseSummary,
+    cal: &Calibration,
+) -> Option<f64> {
+    let lookups = summary.get("candidate_lookups_rps").copied()?;
+    let capacity = cal.stale_lookups_rps.filter(|c| *c > 0.0)?;
+    lookups.is_finite().then(|| lookups / capacity)
+}
+
+/// What each client did with the stale database, step by step (issue 27: "serves everything
+/// the system can serve"). Goodput per document cannot say it: a rollback's cold caches make
+/// each document need more lookups, so the documents the stale database can serve fall below the
+/// calibrated rate whatever the client does. Lookups per second can: the stale probe measured how
+/// many the stale plan answers per second, and no cache state changes that.
+fn database_doc(d: &mut Doc, sc: &Scenario, cal: &Calibration, modes: &[ModeReport]) {
+    let Some(stale) = stale_phases(sc) else {
+        return;
+    };
+    // Runs from before the quantity existed have no lookups to show: no section.
+    let measured = modes.iter().any(|m| {
+        m.phases.get(stale.clone()).is_some_and(|ps| {
+            ps.iter()
+                .any(|p| p.summary.contains_key("candidate_lookups_rps"))
+        })
+    });
+    if !measured {
+        return;
+    }
+    d.h2("What each client did with the stale database")
+        .para(format!(
+        "Hot candidate lookups per second (PostgreSQL, all entity-services) in each step while the \
+         plan is stale, as a share of what the stale plan answered per second in the \
+         calibration's probe ({}). A client that serves everything the system can serve keeps \
+         that share near 100% whenever documents wait, with no work for callers already gone \
+         (abandoned ≈ 0); the documents it serves then fall only with the cache hit rate \
+         (each miss is a lookup). A share well below 100% while requests fail is capacity the \
+         client left unused; work after the caller had gone is capacity spent on nobody. \
+         Each step over the same window as the tables above (a step judged after its commands, \
+         from their end). A lookup counts when PostgreSQL answered it: one cancelled by its \
+         statement timeout or failed is work the database did and this share leaves out.",
+        cal.stale_lookups_rps
+            .map_or("not measured".into(), |v| format!("{v:.0} per second"))
+    ));
+    let mut head = vec![">step".to_string()];
+    for m in modes {
+        let v = m.mode.variant();
+        head.extend([
+            format!(">{v}: hot lookups/s (of stale capacity)"),
+            format!(">{v}: abandoned"),
+            format!(">{v}: cache hits"),
+            format!(">{v}: goodput"),
+            format!(">{v}: 5xx"),
+        ]);
+    }
+    let mut t = Table::new(&head);
+    let pct = |v: Option<f64>| v.map_or("—".into(), |v| format!("{v:.1}%"));
+    for i in stale {
+        let mut row: Vec<Cell> = vec![sc.phases[i].name.clone().into()];
+        for m in modes {
+            let Some(p) = m.phases.get(i) else {
+                row.extend((0..5).map(|_| Cell::from("—")));
+                continue;
+            };
+            let get = |k: &str| p.summary.get(k).copied().filter(|v| v.is_finite());
+            row.push(
+                match (
+                    get("candidate_lookups_rps"),
+                    stale_database_share(&p.summary, cal),
+                ) {
+                    (Some(l), Some(s)) => format!("{l:.0} ({:.0}%)", 100.0 * s),
+                    (Some(l), None) => format!("{l:.0}"),
+                    _ => "—".into(),
+                }
+                .into(),
+            );
+            row.push(pct(get("abandoned_pct")).into());
+            row.push(pct(get("cache_hit_pct")).into());
+            row.push(pct(get("goodput_pct")).into());
+            row.push(pct(get("error_5xx_pct")).into());
+        }
+        t.row(row);
+    }
+    d.table(t);
+}
+
 /// Every phase of every mode: the full table, the 5xx by origin, the load and the actions.
 fn phases_doc(d: &mut Doc, sc: &Scenario, cal: &Calibration, modes: &[ModeReport]) {
     for m in modes {
@@ -768,13 +933,8 @@ fn fix_quality(
     if !(stale_capacity.is_finite() && stale_capacity > 0.0) {
         return None;
     }
-    let has = |p: &scenario::Phase, f: fn(&Action) -> bool| p.run.iter().any(|s| f(&s.action));
-    let from = sc
-        .phases
-        .iter()
-        .position(|p| has(p, Action::invalidates_plans))?;
-    let to = sc.phases.iter().position(|p| has(p, Action::cures_plans))?;
-    let (start, end) = (phases.get(from)?.start, phases.get(to)?.start);
+    let stale = stale_phases(sc)?;
+    let (start, end) = (phases.get(stale.start)?.start, phases.get(stale.end)?.start);
     let (mut good, mut possible) = (0.0, 0.0);
     for s in per_second
         .iter()
@@ -917,6 +1077,7 @@ fn given_rate(args: &ReplayArgs, rate: f64) -> anyhow::Result<Calibration> {
         stale_per_second: None,
         healthy_probe_goodput: Vec::new(),
         stale_probe_goodput: Vec::new(),
+        stale_lookups_rps: None,
         stale_over_healthy: f64::NAN,
         stale_utilisation: f64::NAN,
         rate,
@@ -1103,6 +1264,72 @@ mod tests {
         assert_eq!(
             Outcome::NotReproduced.words(Mode::Legacy.is_fix()),
             "not reproduced"
+        );
+    }
+
+    /// The stale database's use is read in hot lookups per second against the stale probe's,
+    /// in the stale steps only, and "not measured" without a probe figure, never against 0.
+    #[test]
+    fn the_stale_database_is_read_in_lookups_against_the_probe_in_the_stale_steps_only() {
+        let y = "name: x\nsummary: s\ndescription: d\nrate: 10\nphases:\n\
+          - {name: steady, seconds: 10}\n\
+          - {name: stale, seconds: 10, run: [\"backfill --only invalidate\"]}\n\
+          - {name: rollback, seconds: 10}\n\
+          - {name: analyze, seconds: 10, run: [\"remediate analyze\"]}\n";
+        let sc: Scenario = serde_norway::from_str(y).unwrap();
+        assert_eq!(stale_phases(&sc), Some(1..3));
+        let phase = |name: &str, lookups: f64| engine::PhaseReport {
+            name: name.into(),
+            seconds: 10,
+            start: 0.0,
+            judged_from: None,
+            summary: [
+                ("candidate_lookups_rps".to_string(), lookups),
+                ("abandoned_pct".to_string(), 0.5),
+            ]
+            .into(),
+            errors_5xx_by_origin: Default::default(),
+        };
+        let mode = ModeReport {
+            mode: Mode::Resilient,
+            phases: vec![
+                phase("steady", 111.0),
+                phase("stale", 950.0),
+                phase("rollback", 420.0),
+                phase("analyze", 222.0),
+            ],
+            steps: Vec::new(),
+            consistency: Vec::new(),
+            actions: Vec::new(),
+            load_sent: 0,
+            load_by_status: Default::default(),
+            load_per_second: Vec::new(),
+            fix_quality: None,
+        };
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            replay: ReplayArgs,
+        }
+        let cli = <Cli as clap::Parser>::try_parse_from(["replay"]).unwrap();
+        let mut cal = given_rate(&cli.replay, 10.0).unwrap();
+        assert_eq!(stale_database_share(&mode.phases[1].summary, &cal), None);
+        cal.stale_lookups_rps = Some(0.0);
+        assert_eq!(stale_database_share(&mode.phases[1].summary, &cal), None);
+        cal.stale_lookups_rps = Some(1000.0);
+        assert_eq!(
+            stale_database_share(&mode.phases[1].summary, &cal),
+            Some(0.95)
+        );
+
+        let mut d = Doc::new("t");
+        database_doc(&mut d, &sc, &cal, &[mode]);
+        let md = d.markdown();
+        assert!(md.contains("| stale | 950 (95%) | 0.5% |"), "{md}");
+        assert!(md.contains("| rollback | 420 (42%) |"), "{md}");
+        assert!(
+            !md.contains("| steady") && !md.contains("| analyze"),
+            "{md}"
         );
     }
 }

@@ -360,6 +360,15 @@ pub static QUANTITIES: &[Quantity] = &[
         )
     },
     Quantity {
+        short: "hot lookups/s",
+        ..row(
+            "candidate_lookups_rps",
+            "Hot candidate lookups per second (PostgreSQL, all entity-services; the work the plan flip makes dear)",
+            Unit::Rps,
+            Expr::PerSecond(&CAND_N),
+        )
+    },
+    Quantity {
         short: "index scan?",
         ..row(
             "hot_plan_index_scan_min",
