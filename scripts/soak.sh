@@ -74,7 +74,8 @@ rc=0
 [[ -f "$OUT/run/summary.json" ]] || { tail -n 40 "$OUT/gameday.log"; exit 1; }
 
 say "every replica from the first minute to the last"
-python3 "$HERE/lib/soak_report.py" "$OUT/run" "$RATE" "$MODE" > "$OUT/soak.md"
+python3 "$HERE/lib/soak_report.py" extract "$OUT/run" "$RATE" "$MODE" > "$OUT/soak.json"
+python3 "$HERE/lib/soak_report.py" render "$OUT/soak.json" > "$OUT/soak.md"
 cat "$OUT/soak.md"
-say "report: $OUT/soak.md ($OUT/run/report.html)"
+say "report: $OUT/soak.md (from $OUT/soak.json, small enough to commit; charts: $OUT/run/report.html)"
 ((rc == 0)) || { grep -E '^- (PASS|FAIL)' "$OUT/gameday.log"; exit "$rc"; }
