@@ -825,7 +825,7 @@ fn database_doc(d: &mut Doc, sc: &Scenario, cal: &Calibration, modes: &[ModeRepo
         cal.stale_lookups_rps
             .map_or("not measured".into(), |v| format!("{v:.0} per second"))
     ));
-    let mut head = vec![">step".to_string()];
+    let mut head = vec!["step".to_string()];
     for m in modes {
         let v = m.mode.variant();
         head.extend([
@@ -1326,6 +1326,10 @@ mod tests {
         database_doc(&mut d, &sc, &cal, &[mode]);
         let md = d.markdown();
         assert!(md.contains("| stale | 950 (95%) | 0.5% |"), "{md}");
+        assert!(
+            md.contains("\n|---|---:|"),
+            "the step column reads left-aligned: {md}"
+        );
         assert!(md.contains("| rollback | 420 (42%) |"), "{md}");
         assert!(
             !md.contains("| steady") && !md.contains("| analyze"),
