@@ -17,6 +17,12 @@
 #                                        # 0.25/0/0/0/0/0.16% 5xx fresh vs 4-44% per window after a
 #                                        # replay and three soaks, same client, same rate
 #
+# The calibration is a short closed loop: the enrichment workers' lag (the broker's and
+# PostgreSQL's share of each document) is paid after it, so 0.8 x its capacity may be past what
+# the machine sustains with enrichment on. Measured 2026-12-06 on 2 cores: 493 rps (0.8 x 616)
+# failed 17-51% per window; the same lab at that rate without Kafka (KAFKA_BOOTSTRAP=) 0.0%
+# (docs/reports/README.md, soak.md). Read a soak's failures against its CPU table.
+#
 # Bounded: one open-loop run of 30 min (x SOAK_SCALE) to 127.0.0.1, on a fresh native lab that
 # is stopped at the end. Needs the release build and a seeded database (scripts/lab.sh does both).
 set -euo pipefail
