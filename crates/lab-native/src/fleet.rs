@@ -1114,7 +1114,10 @@ mod tests {
     fn another_labs_supervisor_is_found_while_it_runs() {
         let plan = format!("/tmp/other-lab-{}/run/plan.json", std::process::id());
         let mut child = std::process::Command::new("sh")
-            .args(["-c", "sleep 30; :", "supervise", "--plan", &plan])
+            // `read`, a builtin on a pipe never written: no child of its own, so nothing
+            // forked from it can carry this command line on after the kill (`sleep` did).
+            .args(["-c", "read _", "supervise", "--plan", &plan])
+            .stdin(std::process::Stdio::piped())
             .spawn()
             .unwrap();
         // `spawn` returns once the child is forked, not once it has run `sh`: until then its
