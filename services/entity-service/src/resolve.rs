@@ -190,24 +190,26 @@ pub async fn resolve(
     // and its queue with.
     let started_work = Instant::now();
     let results = match deadline {
-        None => lookup(&client, &st, &req).await?,
+        None => lookup(&client, &st, &req, None).await?,
         Some(deadline) => {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 st.metrics.shed.with_label_values(&["budget"]).inc();
                 return Err(budget_gone());
             }
+            // LAB-FIX(round-trips): the budget costs one round trip more than the legacy
+            // request's lookups, not three. Every round trip is a point where this task waits
+            // for a CPU while its pooled connection sits idle in the transaction (the soak's
+            // pulses began with 12-15 of 32 connections there), so: BEGIN waits for its answer
+            // (the Transaction needs it); the timeout is sent ahead of the exact match, on the
+            // same connection, without waiting for its own answer (`lookup`); and the
+            // transaction is not committed but dropped: it only read, so its end changes
+            // nothing, and the ROLLBACK the drop sends is queued on the connection ahead of its
+            // next user's statements, not waited for here.
             let tx = client.transaction().await.map_err(db_error)?;
             // An integer in milliseconds, formatted by us: nothing user-controlled reaches SQL.
-            tx.batch_execute(&format!(
-                "SET LOCAL statement_timeout = {}",
-                left.as_millis().max(1)
-            ))
-            .await
-            .map_err(db_error)?;
-            let results = lookup(&tx, &st, &req).await?;
-            tx.commit().await.map_err(db_error)?;
-            results
+            let timeout = format!("SET LOCAL statement_timeout = {}", left.as_millis().max(1));
+            lookup(&tx, &st, &req, Some(&timeout)).await?
         }
     };
     st.cost.observe(started_work.elapsed());
@@ -277,18 +279,36 @@ pub async fn popular(
     Ok(Json(PopularResponse { entities }))
 }
 
-/// The two lookups, on a plain pooled connection or inside the budgeted transaction.
+/// The two lookups, on a plain pooled connection or inside the budgeted transaction, whose
+/// `SET LOCAL statement_timeout` (`before`) goes out ahead of the exact match in the same round
+/// trip.
 async fn lookup<C: deadpool_postgres::GenericClient>(
     client: &C,
     st: &AppState,
     req: &ResolveRequest,
+    before: Option<&str>,
 ) -> Result<Vec<Option<Resolution>>, ApiError> {
     // Exact matches for the whole batch in one round trip.
     let started = Instant::now();
     let names: Vec<&str> = req.spans.iter().map(|s| s.normalized.as_str()).collect();
     let rows = async {
-        let exact_stmt = client.prepare_cached(queries::EXACT_MATCH).await?;
-        client.query(&exact_stmt, &[&req.tenant, &names]).await
+        let exact = async {
+            // On a connection's first use the statement is prepared first, and parsing it
+            // takes a lock on `entities`: the timeout must already be in force for that too.
+            let exact_stmt = client.prepare_cached(queries::EXACT_MATCH).await?;
+            client.query(&exact_stmt, &[&req.tenant, &names]).await
+        };
+        match before {
+            // tokio-postgres sends a request when its future is first polled and answers in
+            // order, so two futures polled together share one round trip (a cached statement
+            // needs no round trip of its own); `biased` polls the timeout first, so it is in
+            // force for what follows (the tests hold `entities` locked and see the exact match
+            // cancelled, on a fresh connection and on a used one).
+            Some(sql) => {
+                tokio::try_join!(biased; client.batch_execute(sql), exact).map(|((), rows)| rows)
+            }
+            None => exact.await,
+        }
     }
     .instrument(db_span("exact_match", queries::EXACT_MATCH))
     .await

@@ -205,10 +205,16 @@ async fn lock_entities(db_url: &str) -> sqlx::PgConnection {
     use sqlx::{Connection, Executor};
     let mut locker = sqlx::PgConnection::connect(db_url).await.unwrap();
     locker.execute("BEGIN").await.unwrap();
+    // Bounded: a transaction left open on entity-service's side (it holds a share lock on
+    // `entities`) fails the test here, instead of hanging it.
+    locker
+        .execute("SET LOCAL lock_timeout = '5s'")
+        .await
+        .unwrap();
     locker
         .execute("LOCK TABLE entities IN ACCESS EXCLUSIVE MODE")
         .await
-        .unwrap();
+        .expect("entities locked within 5 s: is a transaction left open on it?");
     locker
 }
 
@@ -292,6 +298,59 @@ async fn a_budgeted_request_stops_its_query_in_postgres_and_an_unbudgeted_one_do
     assert!(
         active >= 1.0,
         "pg_stat_activity still sees the abandoned query: entity_db_backends{{active}} = {active}"
+    );
+    locker.execute("ROLLBACK").await.unwrap();
+}
+
+/// LAB-FIX(round-trips): a budgeted request ends its transaction by dropping it (the ROLLBACK
+/// goes out behind it, unawaited), so its `SET LOCAL statement_timeout` must not outlive it on
+/// the pooled connection: on a pool of one, the next request — a legacy one, without a budget —
+/// runs on that same connection and must wait on a locked table past the budget's 200 ms, not be
+/// cancelled there as it would be inside the left-over transaction.
+#[tokio::test]
+async fn a_budgeted_requests_timeout_does_not_outlive_it_on_its_pooled_connection() {
+    use sqlx::Executor;
+    let db = TestDb::new().await;
+    seed(&db).await;
+    let (base, _admin) = spawn_with_pool(&db.url, 1).await;
+    let req = vega_labs();
+    let resp = resolve_budgeted(&base, &req, 200).await;
+    assert_eq!(resp.status(), 200, "{:?}", resp.text().await);
+
+    let mut locker = lock_entities(&db.url).await;
+    let legacy = {
+        let (base, req) = (base.clone(), req.clone());
+        tokio::spawn(async move { resolve(&base, &req).await.status() })
+    };
+    // Seen waiting on the lock, and still waiting well past the 200 ms a left-over timeout
+    // would have allowed it.
+    let mut waiting = 0;
+    for _ in 0..40 {
+        waiting = running_lookups(&db.url).await;
+        if waiting > 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    assert_eq!(waiting, 1, "the legacy lookup reached PostgreSQL");
+    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+    assert!(!legacy.is_finished(), "the legacy request was cut short");
+    assert_eq!(
+        running_lookups(&db.url).await,
+        1,
+        "the legacy lookup still waits on the lock, uncancelled"
+    );
+    locker.execute("ROLLBACK").await.unwrap();
+    assert_eq!(legacy.await.unwrap(), 200);
+
+    // The same connection, its statements now prepared: the timeout still goes out ahead of the
+    // lookup it shares a round trip with, so a budgeted lookup on a locked table is cancelled.
+    let mut locker = lock_entities(&db.url).await;
+    let resp = resolve_budgeted(&base, &req, 200).await;
+    assert_eq!(resp.status(), 504);
+    assert_eq!(
+        resp.headers()["x-lab-error-origin"],
+        "entity-service/query_cancelled"
     );
     locker.execute("ROLLBACK").await.unwrap();
 }
