@@ -9,19 +9,25 @@
 #   SOAK_SCALE=0.1 scripts/soak.sh       # a 3-minute rehearsal of the same shape
 #   SOAK_MODE=legacy scripts/soak.sh     # the buggy client at the same rate: what the fix is
 #                                        # compared with (issue 27's "no harm"); no verdict
-#   KAFKA_BOOTSTRAP= scripts/soak.sh     # without Kafka (no doc.ingested, no enrichment): the
-#                                        # chain alone, without the broker's and the workers' CPU
+#   SOAK_KAFKA=127.0.0.1:9092 scripts/soak.sh   # with the broker and the enrichment workers
+#                                        # (default: without them; see below)
 #   SOAK_FRESH_BROKER=1 scripts/soak.sh  # restart the native tansu first (scripts/deps.sh
 #                                        # --restart-kafka; memory storage: empty). A broker that
 #                                        # holds a replay's events costs more per event: measured
 #                                        # 0.25/0/0/0/0/0.16% 5xx fresh vs 4-44% per window after a
 #                                        # replay and three soaks, same client, same rate
 #
-# The calibration is a short closed loop: the enrichment workers' lag (the broker's and
-# PostgreSQL's share of each document) is paid after it, so 0.8 x its capacity may be past what
-# the machine sustains with enrichment on. Measured 2026-12-06 on 2 cores: 493 rps (0.8 x 616)
-# failed 17-51% per window; the same lab at that rate without Kafka (KAFKA_BOOTSTRAP=) 0.0%
-# (docs/reports/README.md, soak.md). Read a soak's failures against its CPU table.
+# Why without Kafka by default: the soak is a test of the fixed client at a steady load, and the
+# native broker's cost is not steady. tansu 0.6 (memory storage) lists every batch a partition
+# holds on every fetch, the lab's producers send one event per batch (crates/lab-kafka/src/lag.rs)
+# and tansu cannot delete records (its DeleteRecords is unimplemented), so the broker's CPU grows
+# with every event the run publishes. Measured 2026-12-06 on 2 cores, 350 rps for 8 min on a fresh
+# broker: tansu 0.16 -> 0.45 cores (41 -> 372 MB), the rest of the lab flat; tansu's SQLite
+# storage (built from crates.io) is flat but 0.73-0.82 cores at the same rate and fell behind the
+# producers. A 30-minute soak with it measures the broker filling (the soak of 2026-12-06 at
+# 493 rps: 17-51% 5xx per window, the orchestrators' producer queues at their cap), not the
+# client. Apache Kafka (compose, kind) reads by offset index and has no such growth. The
+# calibration runs on the same lab as the soak (with or without Kafka).
 #
 # Bounded: one open-loop run of 30 min (x SOAK_SCALE) to 127.0.0.1, on a fresh native lab that
 # is stopped at the end. Needs the release build and a seeded database (scripts/lab.sh does both).
@@ -39,13 +45,14 @@ mkdir -p "$OUT"
 
 MODE="${SOAK_MODE:-resilient}"
 [[ "$MODE" == resilient || "$MODE" == legacy ]] || { echo "SOAK_MODE: resilient or legacy, not '$MODE'" >&2; exit 2; }
+KAFKA="${SOAK_KAFKA-}"
 RATE="${SOAK_RATE:-}"
 if [[ -z "$RATE" ]]; then
     CAL="${SOAK_CALIBRATION:-}"
     if [[ -z "$CAL" ]]; then
-        say "calibrating (fresh lab, closed loop; the map's calibration, no cells)"
+        say "calibrating (fresh lab${KAFKA:+, Kafka at $KAFKA}${KAFKA:-, without Kafka}, closed loop; the map's calibration, no cells)"
         "$LABCTL" map --quick --out "$OUT/calibration" --loads 0.5 --trigger-seconds 20 \
-            --mode resilient --calibrate-only > "$OUT/calibration.log" 2>&1 ||
+            --mode resilient --calibrate-only --kafka "$KAFKA" > "$OUT/calibration.log" 2>&1 ||
             { tail -n 30 "$OUT/calibration.log"; exit 1; }
         CAL="$OUT/calibration/calibration.json"
     fi
@@ -57,10 +64,10 @@ if [[ "${SOAK_FRESH_BROKER:-0}" == 1 ]]; then
     say "restarting the native broker (empty)"
     bash "$HERE/deps.sh" --restart-kafka > "$OUT/deps.log" 2>&1 || { tail -n 20 "$OUT/deps.log"; exit 1; }
 fi
-say "fresh lab, $MODE mode"
+say "fresh lab, $MODE mode${KAFKA:+, Kafka at $KAFKA}${KAFKA:-, without Kafka (no doc.ingested, no enrichment workers)}"
 "$LABCTL" down >/dev/null 2>&1 || true
 trap '"$LABCTL" down >/dev/null 2>&1 || true' EXIT
-"$LABCTL" up --kafka "${KAFKA_BOOTSTRAP-127.0.0.1:9092}" > "$OUT/up.log" 2>&1 || { cat "$OUT/up.log"; exit 1; }
+"$LABCTL" up --kafka "$KAFKA" > "$OUT/up.log" 2>&1 || { cat "$OUT/up.log"; exit 1; }
 SCALE="${SOAK_SCALE:-1}"
 SC=load/scenarios/soak.yaml
 if [[ "$SCALE" != 1 ]]; then
@@ -80,7 +87,7 @@ rc=0
 [[ -f "$OUT/run/summary.json" ]] || { tail -n 40 "$OUT/gameday.log"; exit 1; }
 
 say "every replica from the first minute to the last"
-python3 "$HERE/lib/soak_report.py" extract "$OUT/run" "$RATE" "$MODE" > "$OUT/soak.json"
+python3 "$HERE/lib/soak_report.py" extract "$OUT/run" "$RATE" "$MODE" "${KAFKA:-none}" > "$OUT/soak.json"
 python3 "$HERE/lib/soak_report.py" render "$OUT/soak.json" > "$OUT/soak.md"
 cat "$OUT/soak.md"
 say "report: $OUT/soak.md (from $OUT/soak.json, small enough to commit; charts: $OUT/run/report.html)"

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """soak.md, the report of scripts/soak.sh (issues 17 and 27), in two steps:
 
-    python3 scripts/lib/soak_report.py extract RUN RATE MODE > OUT/soak.json
+    python3 scripts/lib/soak_report.py extract RUN RATE MODE [KAFKA] > OUT/soak.json
     python3 scripts/lib/soak_report.py render OUT/soak.json > OUT/soak.md
 
 `extract` reads RUN/summary.json (`labctl gameday load/scenarios/soak.yaml --out RUN`: the phases,
@@ -38,7 +38,7 @@ def at(tick, replica, name):
     return sum(v for k, v in m.items() if k == name or k.startswith(name + "{"))
 
 
-def extract(run, rate, mode):
+def extract(run, rate, mode, kafka=None):
     s = json.load(open(f"{run}/summary.json"))
     ticks = [json.loads(line) for line in open(f"{run}/series.jsonl") if line.strip()]
     replicas = sorted({r for t in ticks for r in t["replicas"] if r != "supervisor"})
@@ -51,6 +51,8 @@ def extract(run, rate, mode):
     mid = min(loaded, key=lambda t: abs(t["t"] - last["t"] / 2))
     json.dump({
         "rate_rps": float(rate), "mode": mode,
+        # The broker the lab published to, or "none" (no doc.ingested, no enrichment workers).
+        **({"kafka": kafka} if kafka else {}),
         "run": os.path.basename(os.path.dirname(os.path.abspath(run))),
         "phases": [{
             "name": p["name"], "seconds": p["seconds"],
@@ -85,6 +87,13 @@ def render(path):
     print(f"Rendered by `scripts/lib/soak_report.py render` from `{os.path.basename(path)}` "
           f"(extracted by `scripts/soak.sh` from its run `{d.get('run')}`); every number below "
           f"is that run's.\n")
+    if d.get("kafka") == "none":
+        print("The lab ran without Kafka: no `doc.ingested` events, no enrichment workers (the "
+              "native broker's cost grows with every event it holds; `scripts/soak.sh` says "
+              "why).\n")
+    elif d.get("kafka"):
+        print(f"The lab published `doc.ingested` to Kafka at {d['kafka']}, read by its "
+              "enrichment workers.\n")
     phase_table(phases, [
         ("5xx %", "error_5xx_pct", 2), ("gateway p99 ms", "gateway_p99_ms", 0),
         ("goodput %", "goodput_pct", 1), ("orchestrator RSS MB (max)", "orchestrator_rss_mb_max", 0),
@@ -140,8 +149,8 @@ def render(path):
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["extract"] and len(sys.argv) == 5:
-        extract(*sys.argv[2:5])
+    if sys.argv[1:2] == ["extract"] and len(sys.argv) in (5, 6):
+        extract(*sys.argv[2:])
     elif sys.argv[1:2] == ["render"] and len(sys.argv) == 3:
         render(sys.argv[2])
     else:
