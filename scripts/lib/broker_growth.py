@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""broker-growth.md, the report of scripts/broker-growth.sh (issue 29), in two steps:
+
+    python3 scripts/lib/broker_growth.py sample INTERVAL SECONDS > OUT/samples.jsonl
+    python3 scripts/lib/broker_growth.py extract OUT RATE BROKER > OUT/broker-growth.json
+    python3 scripts/lib/broker_growth.py render OUT/broker-growth.json > OUT/broker-growth.md
+
+`sample` reads /proc every INTERVAL seconds for SECONDS: the cores (utime + stime) and resident
+memory of each process group below, and the machine's busy cores (/proc/stat). `extract` keeps the
+samples and the load's counts (OUT/load.json, `labctl load --out`); `render` prints the report
+from that file alone: per interval the broker's cores and memory beside the rest of the lab, and
+how fast the broker's share grew.
+"""
+import json
+import os
+import sys
+import time
+
+HZ = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+SERVICES = ("edge-gateway", "orchestrator", "entity-service", "enrichment")
+GROUPS = ("broker", "postgres", "lab services", "labctl", "everything else")
+
+
+def group_of(comm, cmdline):
+    argv = cmdline.split()
+    if len(argv) >= 2 and os.path.basename(argv[0]) == "tansu" and argv[1] == "broker":
+        return "broker"
+    if comm.startswith("postgres"):
+        return "postgres"
+    if comm in SERVICES:
+        return "lab services"
+    if comm == "labctl":
+        return "labctl"
+    return "everything else"
+
+
+def snapshot():
+    ticks, rss = dict.fromkeys(GROUPS, 0), dict.fromkeys(GROUPS, 0)
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = open(f"/proc/{pid}/stat").read()
+            cmdline = open(f"/proc/{pid}/cmdline").read().replace("\0", " ").strip()
+        except OSError:
+            continue  # gone in between
+        comm = stat[stat.index("(") + 1:stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2:].split()
+        g = group_of(comm, cmdline)
+        ticks[g] += int(fields[11]) + int(fields[12])
+        rss[g] += int(fields[21]) * PAGE
+    cpu = [int(v) for v in open("/proc/stat").readline().split()[1:]]
+    return ticks, rss, sum(cpu) - cpu[3] - cpu[4]
+
+
+def sample(interval, seconds):
+    interval, seconds = float(interval), float(seconds)
+    t0 = time.monotonic()
+    prev = snapshot()
+    while time.monotonic() - t0 < seconds:
+        time.sleep(interval)
+        cur = snapshot()
+        # A process that exited in between takes its ticks with it: a group's delta can go
+        # negative for one interval; clamp, the next interval is right again.
+        cores = {g: max(0, cur[0][g] - prev[0][g]) / HZ / interval for g in GROUPS}
+        print(json.dumps({
+            "t": round(time.monotonic() - t0),
+            "cores": {g: round(v, 3) for g, v in cores.items()},
+            "rss_mb": {g: round(cur[1][g] / 1e6, 1) for g in GROUPS},
+            "busy_cores": round((cur[2] - prev[2]) / HZ / interval, 3),
+        }), flush=True)
+        prev = cur
+
+
+def extract(out, rate, broker):
+    samples = [json.loads(line) for line in open(f"{out}/samples.jsonl") if line.strip()]
+    load = json.load(open(f"{out}/load.json"))
+    summary = load.get("summary", load)
+    json.dump({
+        "rate_rps": float(rate), "broker": broker,
+        "run": os.path.basename(os.path.abspath(out)),
+        "load": {k: summary[k] for k in ("sent", "by_status") if k in summary},
+        "samples": samples,
+    }, sys.stdout, indent=1, sort_keys=True)
+    print()
+
+
+def slope_per_minute(points):
+    """Least-squares slope of (t seconds, y) in y per minute; None with fewer than two points."""
+    if len(points) < 2:
+        return None
+    n = len(points)
+    mt = sum(t for t, _ in points) / n
+    my = sum(y for _, y in points) / n
+    var = sum((t - mt) ** 2 for t, _ in points)
+    return 60 * sum((t - mt) * (y - my) for t, y in points) / var if var else None
+
+
+def render(path):
+    d = json.load(open(path))
+    s = d["samples"]
+    minutes = s[-1]["t"] / 60 if s else 0
+    print(f"# The native broker under a steady load: {d['rate_rps']:.0f} rps for {minutes:.0f} min\n")
+    print(f"Rendered by `scripts/lib/broker_growth.py render` from `{os.path.basename(path)}` "
+          f"(written by `scripts/broker-growth.sh`, run `{d.get('run')}`); every number below is "
+          f"that run's. Broker: {d['broker']}, fresh (empty) at the start; the lab in resilient "
+          f"mode with its enrichment workers; open-loop load at a constant rate. Cores from "
+          f"/proc (utime + stime) per interval.\n")
+    print("| t (s) | broker cores | broker RSS MB | PostgreSQL cores | lab services cores | load generator cores | machine busy cores |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for x in s:
+        c, r = x["cores"], x["rss_mb"]
+        print(f"| {x['t']} | {c['broker']:.2f} | {r['broker']:.0f} | {c['postgres']:.2f} | "
+              f"{c['lab services']:.2f} | {c['labctl']:.2f} | {x['busy_cores']:.2f} |")
+    print(f"\nLoad: {d['load'].get('sent')} sent, by status {d['load'].get('by_status')}.\n")
+    if len(s) >= 2:
+        b = slope_per_minute([(x["t"], x["cores"]["broker"]) for x in s])
+        m = slope_per_minute([(x["t"], x["rss_mb"]["broker"]) for x in s])
+        rest = slope_per_minute([(x["t"], x["cores"]["lab services"]) for x in s])
+        print(f"- The broker: {s[0]['cores']['broker']:.2f} cores in the first interval, "
+              f"{s[-1]['cores']['broker']:.2f} in the last; least-squares slope "
+              f"{b:+.3f} cores and {m:+.0f} MB per minute at a constant rate.")
+        print(f"- The lab's services over the same run: {s[0]['cores']['lab services']:.2f} → "
+              f"{s[-1]['cores']['lab services']:.2f} cores (slope {rest:+.3f} per minute).")
+
+
+if __name__ == "__main__":
+    cmd, args = sys.argv[1:2], sys.argv[2:]
+    if cmd == ["sample"] and len(args) == 2:
+        sample(*args)
+    elif cmd == ["extract"] and len(args) == 3:
+        extract(*args)
+    elif cmd == ["render"] and len(args) == 1:
+        render(*args)
+    else:
+        sys.exit(__doc__)
