@@ -46,6 +46,7 @@ trap '"$LABCTL" down >/dev/null 2>&1 || true' EXIT
 say "$RATE rps for $SECONDS_ s, sampled every $INTERVAL s"
 python3 "$HERE/lib/broker_growth.py" sample "$INTERVAL" "$SECONDS_" > "$OUT/samples.jsonl" &
 sampler=$!
+trap 'kill "$sampler" 2>/dev/null || true; "$LABCTL" down >/dev/null 2>&1 || true' EXIT
 "$LABCTL" load --rate "$RATE" --duration "$SECONDS_" --out "$OUT/load.json" > "$OUT/load.log" 2>&1 ||
     { tail -n 20 "$OUT/load.log"; exit 1; }
 wait "$sampler"

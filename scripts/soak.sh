@@ -46,11 +46,15 @@ mkdir -p "$OUT"
 MODE="${SOAK_MODE:-resilient}"
 [[ "$MODE" == resilient || "$MODE" == legacy ]] || { echo "SOAK_MODE: resilient or legacy, not '$MODE'" >&2; exit 2; }
 KAFKA="${SOAK_KAFKA-}"
+LAB_DESC=", without Kafka (no doc.ingested, no enrichment workers)"
+[[ -n "$KAFKA" ]] && LAB_DESC=", Kafka at $KAFKA"
+[[ -n "${KAFKA_BOOTSTRAP:-}" && -z "$KAFKA" ]] &&
+    warn "KAFKA_BOOTSTRAP is set but the soak runs without Kafka; SOAK_KAFKA=$KAFKA_BOOTSTRAP puts it in"
 RATE="${SOAK_RATE:-}"
 if [[ -z "$RATE" ]]; then
     CAL="${SOAK_CALIBRATION:-}"
     if [[ -z "$CAL" ]]; then
-        say "calibrating (fresh lab${KAFKA:+, Kafka at $KAFKA}${KAFKA:-, without Kafka}, closed loop; the map's calibration, no cells)"
+        say "calibrating (fresh lab$LAB_DESC, closed loop; the map's calibration, no cells)"
         "$LABCTL" map --quick --out "$OUT/calibration" --loads 0.5 --trigger-seconds 20 \
             --mode resilient --calibrate-only --kafka "$KAFKA" > "$OUT/calibration.log" 2>&1 ||
             { tail -n 30 "$OUT/calibration.log"; exit 1; }
@@ -64,7 +68,7 @@ if [[ "${SOAK_FRESH_BROKER:-0}" == 1 ]]; then
     say "restarting the native broker (empty)"
     bash "$HERE/deps.sh" --restart-kafka > "$OUT/deps.log" 2>&1 || { tail -n 20 "$OUT/deps.log"; exit 1; }
 fi
-say "fresh lab, $MODE mode${KAFKA:+, Kafka at $KAFKA}${KAFKA:-, without Kafka (no doc.ingested, no enrichment workers)}"
+say "fresh lab, $MODE mode$LAB_DESC"
 "$LABCTL" down >/dev/null 2>&1 || true
 trap '"$LABCTL" down >/dev/null 2>&1 || true' EXIT
 "$LABCTL" up --kafka "$KAFKA" > "$OUT/up.log" 2>&1 || { cat "$OUT/up.log"; exit 1; }

@@ -36,7 +36,9 @@ def group_of(comm, cmdline):
 
 
 def snapshot():
-    ticks, rss = dict.fromkeys(GROUPS, 0), dict.fromkeys(GROUPS, 0)
+    """Per process, keyed by (pid, start time) so a reused pid is a new process: its group,
+    CPU ticks so far and resident bytes; and the machine's busy ticks."""
+    procs = {}
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             stat = open(f"/proc/{pid}/stat").read()
@@ -45,11 +47,10 @@ def snapshot():
             continue  # gone in between
         comm = stat[stat.index("(") + 1:stat.rindex(")")]
         fields = stat[stat.rindex(")") + 2:].split()
-        g = group_of(comm, cmdline)
-        ticks[g] += int(fields[11]) + int(fields[12])
-        rss[g] += int(fields[21]) * PAGE
+        procs[(pid, fields[19])] = (group_of(comm, cmdline), int(fields[11]) + int(fields[12]),
+                                    int(fields[21]) * PAGE)
     cpu = [int(v) for v in open("/proc/stat").readline().split()[1:]]
-    return ticks, rss, sum(cpu) - cpu[3] - cpu[4]
+    return procs, sum(cpu) - cpu[3] - cpu[4], time.monotonic()
 
 
 def sample(interval, seconds):
@@ -59,14 +60,18 @@ def sample(interval, seconds):
     while time.monotonic() - t0 < seconds:
         time.sleep(interval)
         cur = snapshot()
-        # A process that exited in between takes its ticks with it: a group's delta can go
-        # negative for one interval; clamp, the next interval is right again.
-        cores = {g: max(0, cur[0][g] - prev[0][g]) / HZ / interval for g in GROUPS}
+        elapsed = cur[2] - prev[2]
+        # Each process's ticks since the last snapshot (all of them for one started since); a
+        # process that exited in between is missed for its last interval, never subtracted.
+        ticks, rss = dict.fromkeys(GROUPS, 0), dict.fromkeys(GROUPS, 0)
+        for key, (g, t, r) in cur[0].items():
+            ticks[g] += t - prev[0].get(key, (g, 0, 0))[1]
+            rss[g] += r
         print(json.dumps({
-            "t": round(time.monotonic() - t0),
-            "cores": {g: round(v, 3) for g, v in cores.items()},
-            "rss_mb": {g: round(cur[1][g] / 1e6, 1) for g in GROUPS},
-            "busy_cores": round((cur[2] - prev[2]) / HZ / interval, 3),
+            "t": round(cur[2] - t0),
+            "cores": {g: round(ticks[g] / HZ / elapsed, 3) for g in GROUPS},
+            "rss_mb": {g: round(rss[g] / 1e6, 1) for g in GROUPS},
+            "busy_cores": round((cur[1] - prev[1]) / HZ / elapsed, 3),
         }), flush=True)
         prev = cur
 
@@ -105,7 +110,7 @@ def render(path):
           f"that run's. Broker: {d['broker']}, fresh (empty) at the start; the lab in resilient "
           f"mode with its enrichment workers; open-loop load at a constant rate. Cores from "
           f"/proc (utime + stime) per interval.\n")
-    print("| t (s) | broker cores | broker RSS MB | PostgreSQL cores | lab services cores | load generator cores | machine busy cores |")
+    print("| t (s) | broker cores | broker RSS MB | PostgreSQL cores | lab services cores | labctl cores (load generator, supervisor) | machine busy cores |")
     print("|---:|---:|---:|---:|---:|---:|---:|")
     for x in s:
         c, r = x["cores"], x["rss_mb"]
