@@ -305,7 +305,7 @@ async fn a_budgeted_request_stops_its_query_in_postgres_and_an_unbudgeted_one_do
 /// LAB-FIX(round-trips): a budgeted request ends its transaction by dropping it (the ROLLBACK
 /// goes out behind it, unawaited), so its `SET LOCAL statement_timeout` must not outlive it on
 /// the pooled connection: on a pool of one, the next request — a legacy one, without a budget —
-/// runs on that same connection and must wait on a locked table past the budget's 200 ms, not be
+/// runs on that same connection and must wait on a locked table past the budget's 300 ms, not be
 /// cancelled there as it would be inside the left-over transaction.
 #[tokio::test]
 async fn a_budgeted_requests_timeout_does_not_outlive_it_on_its_pooled_connection() {
@@ -314,7 +314,7 @@ async fn a_budgeted_requests_timeout_does_not_outlive_it_on_its_pooled_connectio
     seed(&db).await;
     let (base, _admin) = spawn_with_pool(&db.url, 1).await;
     let req = vega_labs();
-    let resp = resolve_budgeted(&base, &req, 200).await;
+    let resp = resolve_budgeted(&base, &req, 300).await;
     assert_eq!(resp.status(), 200, "{:?}", resp.text().await);
 
     let mut locker = lock_entities(&db.url).await;
@@ -322,7 +322,7 @@ async fn a_budgeted_requests_timeout_does_not_outlive_it_on_its_pooled_connectio
         let (base, req) = (base.clone(), req.clone());
         tokio::spawn(async move { resolve(&base, &req).await.status() })
     };
-    // Seen waiting on the lock, and still waiting well past the 200 ms a left-over timeout
+    // Seen waiting on the lock, and still waiting well past the 300 ms a left-over timeout
     // would have allowed it.
     let mut waiting = 0;
     for _ in 0..40 {
@@ -333,7 +333,7 @@ async fn a_budgeted_requests_timeout_does_not_outlive_it_on_its_pooled_connectio
         tokio::time::sleep(std::time::Duration::from_millis(25)).await;
     }
     assert_eq!(waiting, 1, "the legacy lookup reached PostgreSQL");
-    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+    tokio::time::sleep(std::time::Duration::from_millis(700)).await;
     assert!(!legacy.is_finished(), "the legacy request was cut short");
     assert_eq!(
         running_lookups(&db.url).await,
@@ -346,7 +346,7 @@ async fn a_budgeted_requests_timeout_does_not_outlive_it_on_its_pooled_connectio
     // The same connection, its statements now prepared: the timeout still goes out ahead of the
     // lookup it shares a round trip with, so a budgeted lookup on a locked table is cancelled.
     let mut locker = lock_entities(&db.url).await;
-    let resp = resolve_budgeted(&base, &req, 200).await;
+    let resp = resolve_budgeted(&base, &req, 300).await;
     assert_eq!(resp.status(), 504);
     assert_eq!(
         resp.headers()["x-lab-error-origin"],
