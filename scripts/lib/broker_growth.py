@@ -63,15 +63,19 @@ def sample(interval, seconds):
         elapsed = cur[2] - prev[2]
         # Each process's ticks since the last snapshot (all of them for one started since); a
         # process that exited in between is missed for its last interval, never subtracted.
-        ticks, rss = dict.fromkeys(GROUPS, 0), dict.fromkeys(GROUPS, 0)
+        ticks, rss, procs = (dict.fromkeys(GROUPS, 0) for _ in range(3))
         for key, (g, t, r) in cur[0].items():
             ticks[g] += t - prev[0].get(key, (g, 0, 0))[1]
             rss[g] += r
+            procs[g] += 1
         print(json.dumps({
             "t": round(cur[2] - t0),
             "cores": {g: round(ticks[g] / HZ / elapsed, 3) for g in GROUPS},
             "rss_mb": {g: round(rss[g] / 1e6, 1) for g in GROUPS},
             "busy_cores": round((cur[1] - prev[1]) / HZ / elapsed, 3),
+            # How many processes each group had: a group with none was not measured (0 cores
+            # there would be a broker that was not running, not one that cost nothing).
+            "procs": procs,
         }), flush=True)
         prev = cur
 
@@ -112,12 +116,24 @@ def render(path):
           f"/proc (utime + stime) per interval.\n")
     print("| t (s) | broker cores | broker RSS MB | PostgreSQL cores | lab services cores | labctl cores (load generator, supervisor) | machine busy cores |")
     print("|---:|---:|---:|---:|---:|---:|---:|")
+    def seen(x, g):
+        # Samples from before `procs` was recorded had every group running (the report says so).
+        return x.get("procs", {}).get(g, 1) > 0
+
+    def cell(x, g, fmt):
+        return format(x["cores"][g], fmt) if seen(x, g) else "not measured"
+
     for x in s:
-        c, r = x["cores"], x["rss_mb"]
-        print(f"| {x['t']} | {c['broker']:.2f} | {r['broker']:.0f} | {c['postgres']:.2f} | "
-              f"{c['lab services']:.2f} | {c['labctl']:.2f} | {x['busy_cores']:.2f} |")
+        r = x["rss_mb"]
+        broker_rss = f"{r['broker']:.0f}" if seen(x, "broker") else "not measured"
+        print(f"| {x['t']} | {cell(x, 'broker', '.2f')} | {broker_rss} | {cell(x, 'postgres', '.2f')} | "
+              f"{cell(x, 'lab services', '.2f')} | {cell(x, 'labctl', '.2f')} | {x['busy_cores']:.2f} |")
     print(f"\nLoad: {d['load'].get('sent')} sent, by status {d['load'].get('by_status')}.\n")
-    if len(s) >= 2:
+    missing = [x["t"] for x in s if not (seen(x, "broker") and seen(x, "lab services"))]
+    if missing:
+        print(f"- Not measured: no broker or no lab service running at t = {missing} s, so no "
+              f"growth is read from this run.")
+    elif len(s) >= 2:
         b = slope_per_minute([(x["t"], x["cores"]["broker"]) for x in s])
         m = slope_per_minute([(x["t"], x["rss_mb"]["broker"]) for x in s])
         rest = slope_per_minute([(x["t"], x["cores"]["lab services"]) for x in s])
