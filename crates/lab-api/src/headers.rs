@@ -7,6 +7,34 @@ pub const REQUEST_ID: &str = "x-request-id";
 /// milliseconds the caller will still wait. Servers may shed work that cannot finish in time.
 pub const REQUEST_BUDGET_MS: &str = "x-request-budget-ms";
 
+/// The largest [`REQUEST_BUDGET_MS`] a service accepts: 2,147,483,647 ms (~24.8 days).
+/// entity-service bounds a budgeted request's queries with PostgreSQL's `statement_timeout`, an
+/// `int` of milliseconds, so a longer budget could not be applied there (and `u64::MAX` ms would
+/// overflow the clock it is added to). The lab's gateway sends at most its 3 s request budget.
+pub const MAX_REQUEST_BUDGET_MS: u64 = i32::MAX as u64;
+
+/// A [`REQUEST_BUDGET_MS`] header's value (`None`: the header is absent, as from the legacy
+/// client): decimal milliseconds, `0..=`[`MAX_REQUEST_BUDGET_MS`]. `Err` says what is wrong
+/// with it, for a 400: a budget that cannot be read is the caller's mistake, and serving the
+/// request as if it had none would drop the very bound it asked for.
+pub fn request_budget(value: Option<&[u8]>) -> Result<Option<std::time::Duration>, String> {
+    let Some(value) = value else {
+        return Ok(None);
+    };
+    let text = std::str::from_utf8(value).unwrap_or("");
+    match text.parse::<u64>() {
+        Ok(ms) if ms <= MAX_REQUEST_BUDGET_MS => Ok(Some(std::time::Duration::from_millis(ms))),
+        Ok(_) => Err(format!(
+            "{REQUEST_BUDGET_MS}: {text} ms is over the largest budget a service can apply \
+             ({MAX_REQUEST_BUDGET_MS} ms, PostgreSQL's statement_timeout)"
+        )),
+        Err(_) => Err(format!(
+            "{REQUEST_BUDGET_MS}: must be whole milliseconds (0..={MAX_REQUEST_BUDGET_MS}), not {:?}",
+            String::from_utf8_lossy(value)
+        )),
+    }
+}
+
 /// Observation only: the wall-clock instant (Unix epoch, milliseconds) at which the *end user's*
 /// request ends at the gateway. Stamped by the gateway in every mode and forwarded unchanged; no
 /// client or server makes a decision from it. It exists so entity-service can measure abandoned
@@ -25,3 +53,36 @@ pub const TENANT_ID: &str = "x-lab-tenant-id";
 pub const TRAFFIC: &str = "x-lab-traffic";
 pub const TRAFFIC_PROBE: &str = "probe";
 pub const TRAFFIC_WARMUP: &str = "warmup";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_budget_is_whole_milliseconds_up_to_what_postgresql_can_apply() {
+        assert_eq!(request_budget(None), Ok(None));
+        assert_eq!(
+            request_budget(Some(b"700")),
+            Ok(Some(Duration::from_millis(700)))
+        );
+        assert_eq!(request_budget(Some(b"0")), Ok(Some(Duration::ZERO)));
+        assert_eq!(
+            request_budget(Some(b"2147483647")),
+            Ok(Some(Duration::from_millis(MAX_REQUEST_BUDGET_MS)))
+        );
+        for bad in [
+            &b"2147483648"[..],
+            b"18446744073709551615",
+            b"99999999999999999999",
+            b"-1",
+            b"1.5",
+            b"",
+            b" 700",
+            b"\xff",
+        ] {
+            let err = request_budget(Some(bad)).unwrap_err();
+            assert!(err.starts_with(REQUEST_BUDGET_MS), "{err}");
+        }
+    }
+}

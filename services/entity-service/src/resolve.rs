@@ -112,6 +112,13 @@ pub struct AppState {
     pub settings: ResolveSettings,
 }
 
+/// The caller's `X-Request-Budget-Ms`, if it sent one; a value that cannot be read or applied
+/// is a 400, not a request served as if unbounded.
+fn request_budget(h: &HeaderMap) -> Result<Option<Duration>, ApiError> {
+    headers::request_budget(h.get(headers::REQUEST_BUDGET_MS).map(|v| v.as_bytes()))
+        .map_err(ApiError::bad_request)
+}
+
 pub async fn resolve(
     State(st): State<AppState>,
     headers: HeaderMap,
@@ -128,6 +135,7 @@ pub async fn resolve(
     let flags = st.flags.snapshot();
     crate::fault::inject(&flags, &st.metrics.faults).await?;
     validate(&req, &st.settings)?;
+    let budget = request_budget(&headers)?;
     if req.spans.is_empty() {
         return Ok(Json(ResolveResponse { results: vec![] }));
     }
@@ -137,11 +145,7 @@ pub async fn resolve(
     // every query is bounded by statement_timeout, because dropping a query future does not stop
     // PostgreSQL. Requests without the header (the legacy client) get neither: they wait for a
     // connection and their queries run to completion whoever is still waiting, as in the incident.
-    let deadline = headers
-        .get(headers::REQUEST_BUDGET_MS)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok())
-        .map(|ms| arrived + Duration::from_millis(ms));
+    let deadline = budget.map(|b| arrived + b);
 
     let acquire = Instant::now();
     // A budgeted request's turn at the pool, held until its query is done.
@@ -248,16 +252,16 @@ pub async fn popular(
             "limit: must be 1..={MAX_POPULAR}"
         )));
     }
-    let budget = headers
-        .get(headers::REQUEST_BUDGET_MS)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
+    let budget = request_budget(&headers)?;
     let mut client = st.pool.get().await.map_err(pool_error)?;
     let tx = client.transaction().await.map_err(db_error)?;
-    if let Some(ms) = budget {
-        tx.batch_execute(&format!("SET LOCAL statement_timeout = {}", ms.max(1)))
-            .await
-            .map_err(db_error)?;
+    if let Some(b) = budget {
+        tx.batch_execute(&format!(
+            "SET LOCAL statement_timeout = {}",
+            b.as_millis().max(1)
+        ))
+        .await
+        .map_err(db_error)?;
     }
     let rows = tx
         .query(queries::POPULAR, &[&q.limit])

@@ -405,6 +405,37 @@ async fn an_already_spent_budget_is_refused_before_any_work() {
 }
 
 #[tokio::test]
+async fn a_budget_that_cannot_be_read_or_applied_is_a_400_not_an_unbounded_request() {
+    let db = TestDb::new().await;
+    seed(&db).await;
+    let (base, admin) = spawn(&db).await;
+    // Over PostgreSQL's statement_timeout (an int of ms), the largest u64 (which overflowed the
+    // deadline's clock), and not a number (which was served as if no budget had been sent).
+    for bad in ["2147483648", "18446744073709551615", "soon"] {
+        let resp = testkit::http()
+            .post(format!("{base}/v1/resolve"))
+            .header("x-request-budget-ms", bad)
+            .json(&vega_labs())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 400, "budget {bad}");
+        let body: serde_json::Value = resp.json().await.unwrap();
+        assert_eq!(body["error"]["code"], "invalid_request", "budget {bad}");
+        let message = body["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("x-request-budget-ms"), "{message}");
+    }
+    assert_eq!(
+        scrape(&admin, "entity_db_query_duration_seconds_count", "").await,
+        0.0,
+        "no query ran"
+    );
+    // The largest budget PostgreSQL can apply is served.
+    let resp = resolve_budgeted(&base, &vega_labs(), 2_147_483_647).await;
+    assert_eq!(resp.status(), 200);
+}
+
+#[tokio::test]
 async fn a_budget_below_the_recent_cost_of_the_work_is_refused_before_any_query() {
     use sqlx::Executor;
     let db = TestDb::new().await;

@@ -88,10 +88,14 @@ pub async fn extract(
         // propagation is on) and this hop's own total.
         Mode::Resilient => {
             let own = now + st.dispatch_total;
-            let caller = header(headers::REQUEST_BUDGET_MS)
-                .and_then(|v| v.parse::<u64>().ok())
-                .filter(|_| flags.enabled("resilience.deadline_propagation"))
-                .map(|ms| now + Duration::from_millis(ms));
+            let caller = headers::request_budget(
+                headers
+                    .get(headers::REQUEST_BUDGET_MS)
+                    .map(|v| v.as_bytes()),
+            )
+            .map_err(ApiError::bad_request)?
+            .filter(|_| flags.enabled("resilience.deadline_propagation"))
+            .map(|b| now + b);
             Some(caller.map_or(own, |c| c.min(own)))
         }
     };
