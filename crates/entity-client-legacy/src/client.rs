@@ -436,6 +436,8 @@ impl Inner {
                 rb = rb.header(headers::TRAFFIC, headers::TRAFFIC_PROBE);
             }
             // No X-Request-Budget-Ms: entity-service is never told how long anyone will wait.
+            // (Observation only: when the attempt left, after its slot wait.)
+            rb = rb.header(headers::OBSERVE_SENT_UNIX_US, headers::unix_us_now());
             let resp = rb
                 .send()
                 .await

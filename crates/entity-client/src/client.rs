@@ -581,6 +581,9 @@ impl Client {
             // in time — "the other half of the contract".
             rb = rb.header(headers::REQUEST_BUDGET_MS, budget.as_millis().to_string());
         }
+        // Observation only: when this attempt's budget starts, for entity-service to measure
+        // the part of it spent before its handler runs.
+        rb = rb.header(headers::OBSERVE_SENT_UNIX_US, headers::unix_us_now());
         let guard = AttemptGuard::start(&self.metrics);
         let result = match tokio::time::timeout(budget, exchange(rb))
             .instrument(span.clone())

@@ -22,15 +22,19 @@ pub fn request_budget(value: Option<&[u8]>) -> Result<Option<std::time::Duration
         return Ok(None);
     };
     let text = std::str::from_utf8(value).unwrap_or("");
-    match text.parse::<u64>() {
-        Ok(ms) if ms <= MAX_REQUEST_BUDGET_MS => Ok(Some(std::time::Duration::from_millis(ms))),
-        Ok(_) => Err(format!(
-            "{REQUEST_BUDGET_MS}: {text} ms is over the largest budget a service can apply \
-             ({MAX_REQUEST_BUDGET_MS} ms, PostgreSQL's statement_timeout)"
-        )),
-        Err(_) => Err(format!(
+    // Digits only: `u64::from_str` would also take a leading '+'.
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!(
             "{REQUEST_BUDGET_MS}: must be whole milliseconds (0..={MAX_REQUEST_BUDGET_MS}), not {:?}",
             String::from_utf8_lossy(value)
+        ));
+    }
+    match text.parse::<u64>() {
+        Ok(ms) if ms <= MAX_REQUEST_BUDGET_MS => Ok(Some(std::time::Duration::from_millis(ms))),
+        // Past the limit, or past u64 itself.
+        _ => Err(format!(
+            "{REQUEST_BUDGET_MS}: {text} ms is over the largest budget a service can apply \
+             ({MAX_REQUEST_BUDGET_MS} ms, PostgreSQL's statement_timeout)"
         )),
     }
 }
@@ -41,6 +45,32 @@ pub fn request_budget(value: Option<&[u8]>) -> Result<Option<std::time::Duration
 /// work (handler time spent after the end user was gone) even in legacy mode, where nothing
 /// propagates a deadline. Deliberately not named like a budget so nobody mistakes it for the fix.
 pub const OBSERVE_USER_DEADLINE: &str = "x-lab-observe-user-deadline-unix-ms";
+
+/// Observation only: the wall-clock instant (Unix epoch, microseconds) at which a client sent
+/// this attempt to entity-service. The fixed client stamps it as the attempt's budget starts
+/// (its `X-Request-Budget-Ms` counts from there); the legacy client as the request leaves, after
+/// its wait for a per-host slot (its 10 s timeout started before that wait). entity-service
+/// reads it to measure what the budget header cannot say: how long the request took to reach
+/// the handler, where the callee starts counting the caller's budget (its transit, a wait for a
+/// CPU included), and whether a budgeted answer was ready before the caller's attempt had ended
+/// (sent + `X-Request-Budget-Ms`; the answer's way back is not counted, so "late" is a lower
+/// bound). One machine's clock on both sides in the native lab; across hosts it measures their
+/// clocks' skew as well. No decision is made from it.
+pub const OBSERVE_SENT_UNIX_US: &str = "x-lab-observe-sent-unix-us";
+
+/// Now, as [`OBSERVE_SENT_UNIX_US`] carries it.
+pub fn unix_us_now() -> String {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros())
+        .to_string()
+}
+
+/// An [`OBSERVE_SENT_UNIX_US`] value as a wall-clock instant (`None`: absent or not a number).
+pub fn sent_at(value: Option<&[u8]>) -> Option<std::time::SystemTime> {
+    let us: u64 = std::str::from_utf8(value?).ok()?.parse().ok()?;
+    std::time::UNIX_EPOCH.checked_add(std::time::Duration::from_micros(us))
+}
 
 /// The tenant the gateway authenticated, on the internal hop only (the orchestrator is not
 /// reachable from outside; NetworkPolicies enforce that in Kubernetes).
@@ -76,6 +106,7 @@ mod tests {
             b"18446744073709551615",
             b"99999999999999999999",
             b"-1",
+            b"+700",
             b"1.5",
             b"",
             b" 700",
@@ -84,5 +115,18 @@ mod tests {
             let err = request_budget(Some(bad)).unwrap_err();
             assert!(err.starts_with(REQUEST_BUDGET_MS), "{err}");
         }
+    }
+
+    #[test]
+    fn the_sent_stamp_reads_back_as_the_instant_it_was_taken() {
+        let before = std::time::SystemTime::now();
+        let stamp = unix_us_now();
+        let at = sent_at(Some(stamp.as_bytes())).unwrap();
+        let after = std::time::SystemTime::now();
+        let us =
+            |t: std::time::SystemTime| t.duration_since(std::time::UNIX_EPOCH).unwrap().as_micros();
+        assert!(us(before) <= us(at) && us(at) <= us(after));
+        assert_eq!(sent_at(None), None);
+        assert_eq!(sent_at(Some(b"soon")), None);
     }
 }

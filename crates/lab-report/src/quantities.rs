@@ -125,6 +125,19 @@ const GW_P95: Expr = quantile(GW, "gateway_request_duration_seconds", 0.95);
 const GW_P99: Expr = quantile(GW, "gateway_request_duration_seconds", 0.99);
 const ENT_P50: Expr = quantile(ENT, "entity_service_request_duration_seconds", 0.50);
 const ENT_P99: Expr = quantile(ENT, "entity_service_request_duration_seconds", 0.99);
+// Observation only (X-Lab-Observe-Sent-Unix-Us): the part of a caller's attempt entity-service
+// never sees, and the budgeted answers that were ready only after the caller had given up.
+const ENT_TRANSIT_P99: Expr = quantile(ENT, "entity_service_transit_seconds", 0.99);
+const BUDGETED: &str = "entity_service_budgeted_requests_total";
+const BUDGETED_ALL: Expr = all(ENT, BUDGETED);
+const CALLER_GONE: Expr = some(
+    ENT,
+    BUDGETED,
+    Filter::Either(
+        &Filter::Is("outcome", "answered_late"),
+        &Filter::Is("outcome", "dropped"),
+    ),
+);
 const CANDIDATE: Filter = Filter::Is("query", "candidate");
 const CAND_SUM: Expr = some(ENT, "entity_db_query_duration_seconds_sum", CANDIDATE);
 const CAND_N: Expr = some(ENT, "entity_db_query_duration_seconds_count", CANDIDATE);
@@ -672,6 +685,28 @@ pub static QUANTITIES: &[Quantity] = &[
             Expr::Fine {
                 of: Stream::AttemptStarts,
                 what: FineWhat::Autocorrelation { lag_ms: 300 },
+            },
+        )
+    },
+    Quantity {
+        short: "transit p99",
+        ..row(
+            "entity_transit_p99_ms",
+            "entity-service: from the client's send to the handler's start, p99 (wall clock; the time a budget header cannot count)",
+            Unit::Ms,
+            Expr::Scaled(&ENT_TRANSIT_P99, Scale::Times(1000.0)),
+        )
+    },
+    Quantity {
+        short: "caller gone %",
+        ..row(
+            "budgeted_caller_gone_pct",
+            "Budgeted entity-service requests whose caller's attempt ended first: answered late or dropped at the hang-up (%)",
+            Unit::Percent,
+            Expr::Ratio {
+                a: &CALLER_GONE,
+                b: &BUDGETED_ALL,
+                times: 100.0,
             },
         )
     },

@@ -17,6 +17,8 @@ pub enum Filter {
     StartsWith(&'static str, &'static str),
     /// Both filters hold.
     Both(&'static Filter, &'static Filter),
+    /// Either filter holds.
+    Either(&'static Filter, &'static Filter),
 }
 
 impl Filter {
@@ -26,6 +28,7 @@ impl Filter {
             Filter::Is(l, v) => label(labels, l) == Some(v),
             Filter::StartsWith(l, p) => label(labels, l).is_some_and(|x| x.starts_with(p)),
             Filter::Both(a, b) => a.keep(labels) && b.keep(labels),
+            Filter::Either(a, b) => a.keep(labels) || b.keep(labels),
         }
     }
 }
@@ -512,6 +515,17 @@ impl Frame<'_> {
 mod tests {
     use super::*;
     use crate::series::{Scrape, Target};
+
+    #[test]
+    fn either_keeps_a_series_one_of_its_filters_keeps() {
+        const LATE: Filter = Filter::Is("outcome", "answered_late");
+        const DROPPED: Filter = Filter::Is("outcome", "dropped");
+        let gone = Filter::Either(&LATE, &DROPPED);
+        assert!(gone.keep(r#"outcome="answered_late""#));
+        assert!(gone.keep(r#"outcome="dropped""#));
+        assert!(!gone.keep(r#"outcome="answered_in_time""#));
+        assert!(!gone.keep(""));
+    }
 
     fn tick(t: f64, phase: usize, requests: f64) -> Tick {
         let key = r#"gateway_requests_total{status="200"}"#.to_string();

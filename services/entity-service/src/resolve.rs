@@ -124,9 +124,37 @@ pub async fn resolve(
     headers: HeaderMap,
     JsonBody(req): JsonBody<ResolveRequest>,
 ) -> Result<Json<ResolveResponse>, ApiError> {
-    // The caller's budget counts from when it sent the request, so from its arrival here: time
-    // spent before the work (a game day's injected latency) comes out of it.
+    // The caller's budget counts from when it sent the request; this replica can only count it
+    // from the request's arrival here, so time spent before the work (a game day's injected
+    // latency) comes out of it, and the time before the arrival (the transit, a wait for a CPU
+    // included) does not: that part is measured (entity_service_transit_seconds), not guessed.
     let arrived = Instant::now();
+    // Observation only: when the client sent this attempt, by the wall clock.
+    let sent = headers::sent_at(
+        headers
+            .get(headers::OBSERVE_SENT_UNIX_US)
+            .map(|v| v.as_bytes()),
+    );
+    if let Some(sent) = sent {
+        crate::telemetry::observe_transit(&st.metrics, sent);
+    }
+    let budget = request_budget(&headers)?;
+    let watch = crate::telemetry::CallerWatch::new(&st.metrics, sent, budget);
+    let result = resolve_work(&st, &headers, req, arrived, budget).await;
+    if let Some(w) = watch {
+        w.finish(result.is_ok());
+    }
+    result
+}
+
+/// [`resolve`]'s work: dropped with it when the caller hangs up.
+async fn resolve_work(
+    st: &AppState,
+    headers: &HeaderMap,
+    req: ResolveRequest,
+    arrived: Instant,
+    budget: Option<Duration>,
+) -> Result<Json<ResolveResponse>, ApiError> {
     let user_deadline = headers
         .get(headers::OBSERVE_USER_DEADLINE)
         .and_then(|v| v.to_str().ok())
@@ -135,7 +163,6 @@ pub async fn resolve(
     let flags = st.flags.snapshot();
     crate::fault::inject(&flags, &st.metrics.faults).await?;
     validate(&req, &st.settings)?;
-    let budget = request_budget(&headers)?;
     if req.spans.is_empty() {
         return Ok(Json(ResolveResponse { results: vec![] }));
     }
@@ -173,18 +200,18 @@ pub async fn resolve(
                 st.gate.waiting()
             };
             let wait = crate::admission::admit(left, st.cost.get(), pool)
-                .map_err(|why| refused(&st, why, left))?;
+                .map_err(|why| refused(st, why, left))?;
             let until = Instant::now() + wait;
             if fair {
                 _turn = Some(
                     tokio::time::timeout(wait, st.gate.acquire(req.tenant))
                         .instrument(tracing::info_span!("db.turn"))
                         .await
-                        .map_err(|_| refused(&st, Refusal::Queue, left))?,
+                        .map_err(|_| refused(st, Refusal::Queue, left))?,
                 );
             }
             let wait = until.saturating_duration_since(Instant::now());
-            acquire_within(&st, wait, left)
+            acquire_within(st, wait, left)
                 .instrument(tracing::info_span!("db.pool.acquire"))
                 .await
         }
@@ -194,7 +221,7 @@ pub async fn resolve(
     // and its queue with.
     let started_work = Instant::now();
     let results = match deadline {
-        None => lookup(&client, &st, &req, None).await?,
+        None => lookup(&client, st, &req, None).await?,
         Some(deadline) => {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -213,7 +240,7 @@ pub async fn resolve(
             let tx = client.transaction().await.map_err(db_error)?;
             // An integer in milliseconds, formatted by us: nothing user-controlled reaches SQL.
             let timeout = format!("SET LOCAL statement_timeout = {}", left.as_millis().max(1));
-            lookup(&tx, &st, &req, Some(&timeout)).await?
+            lookup(&tx, st, &req, Some(&timeout)).await?
         }
     };
     st.cost.observe(started_work.elapsed());

@@ -35,6 +35,78 @@ pub struct ServiceMetrics {
     pub db_waits: prometheus::IntCounterVec,
     /// Game-day faults injected, by kind (latency, error_503, error_500, black_hole).
     pub faults: prometheus::IntCounterVec,
+    /// From the client's send (`X-Lab-Observe-Sent-Unix-Us`) to the handler's start, where
+    /// this replica starts counting the caller's budget: the part of the budget the header does
+    /// not cover. Requests that reached the handler only.
+    pub transit: prometheus::Histogram,
+    /// Budgeted `/v1/resolve` requests with a send stamp, by how they ended for their caller
+    /// ([`CallerWatch`]).
+    pub budgeted: prometheus::IntCounterVec,
+}
+
+/// How a budgeted request ended, seen from its caller's attempt (sent + `X-Request-Budget-Ms`,
+/// wall clock): `answered_in_time`; `answered_late` (the answer was ready only after the
+/// caller's attempt had ended: work nobody was waiting for); `dropped` (the handler was dropped
+/// before it answered: its caller hung up, which the fixed client does when its attempt's time
+/// is up); `error` (an error answer: refused, shed or failed).
+pub const BUDGETED_OUTCOMES: [&str; 4] = ["answered_in_time", "answered_late", "dropped", "error"];
+
+/// Transit samples outside `0..=MAX_TRANSIT` are a clock's error, not a transit, and are not
+/// observed: one host's clock on both sides in the native lab never gives one; across hosts a
+/// skewed clock could, in either direction. An hour is far past any attempt's budget.
+const MAX_TRANSIT: Duration = Duration::from_secs(3600);
+
+/// Observe the transit of a request the client stamped at `sent` (observation only).
+pub fn observe_transit(metrics: &ServiceMetrics, sent: SystemTime) {
+    if let Ok(transit) = SystemTime::now().duration_since(sent) {
+        if transit <= MAX_TRANSIT {
+            metrics.transit.observe(transit.as_secs_f64());
+        }
+    }
+}
+
+/// Counts one budgeted request in `entity_service_budgeted_requests_total{outcome}` when it
+/// ends ([`BUDGETED_OUTCOMES`]); dropped unfinished (its handler cancelled), it counts
+/// `dropped`. Observation only.
+pub struct CallerWatch {
+    counter: prometheus::IntCounterVec,
+    /// The caller's attempt ended here (`None`: past what the clock can hold, never).
+    caller_end: Option<SystemTime>,
+    outcome: Option<&'static str>,
+}
+
+impl CallerWatch {
+    /// `None` unless the request carries both a budget and a send stamp.
+    pub fn new(
+        metrics: &ServiceMetrics,
+        sent: Option<SystemTime>,
+        budget: Option<Duration>,
+    ) -> Option<Self> {
+        let (sent, budget) = (sent?, budget?);
+        Some(Self {
+            counter: metrics.budgeted.clone(),
+            caller_end: sent.checked_add(budget),
+            outcome: None,
+        })
+    }
+
+    /// The handler answered: with a 2xx (`ok`) or an error.
+    pub fn finish(mut self, ok: bool) {
+        let late = self.caller_end.is_some_and(|end| SystemTime::now() > end);
+        self.outcome = Some(match (ok, late) {
+            (false, _) => "error",
+            (true, false) => "answered_in_time",
+            (true, true) => "answered_late",
+        });
+    }
+}
+
+impl Drop for CallerWatch {
+    fn drop(&mut self) {
+        self.counter
+            .with_label_values(&[self.outcome.unwrap_or("dropped")])
+            .inc();
+    }
 }
 
 impl ServiceMetrics {
@@ -91,6 +163,29 @@ impl ServiceMetrics {
                 "Game-day faults injected from the fault.entity.* flags, by kind",
                 &["kind"],
             ),
+            transit: metrics.register(
+                prometheus::Histogram::with_opts(
+                    prometheus::HistogramOpts::new(
+                        "entity_service_transit_seconds",
+                        "Time from the client's send (X-Lab-Observe-Sent-Unix-Us, wall clock) to the start of entity-service's handler, where it starts counting the caller's X-Request-Budget-Ms: the part of the budget the header does not account for (a wait for a CPU included). Observation only",
+                    )
+                    .buckets(CALLEE_BUCKETS.to_vec()),
+                )
+                .expect("valid metric"),
+            ),
+            budgeted: {
+                let c = metrics.counter_vec(
+                    "entity_service_budgeted_requests_total",
+                    "Budgeted /v1/resolve requests with a send stamp, by how they ended for their caller's attempt (sent + X-Request-Budget-Ms, wall clock): answered_in_time, answered_late (ready only after the attempt had ended: work nobody was waiting for), dropped (the handler was cancelled with its caller's hang-up before it answered), error. Observation only",
+                    &["outcome"],
+                );
+                // Every outcome from the start, so a rate over them is defined before the first
+                // late one.
+                for o in BUDGETED_OUTCOMES {
+                    c.with_label_values(&[o]);
+                }
+                c
+            },
             busy_seconds,
             abandoned_seconds,
             abandoned_requests,

@@ -436,6 +436,111 @@ async fn a_budget_that_cannot_be_read_or_applied_is_a_400_not_an_unbounded_reque
 }
 
 #[tokio::test]
+async fn budgeted_requests_are_counted_by_how_they_ended_for_their_callers_attempt() {
+    use sqlx::Executor;
+    use std::time::{Duration, SystemTime, UNIX_EPOCH};
+    let db = TestDb::new().await;
+    seed(&db).await;
+    let (base, admin) = spawn(&db).await;
+    let stamp = |t: SystemTime| {
+        t.duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_micros()
+            .to_string()
+    };
+    let send = |client: reqwest::Client, sent: SystemTime, budget_ms: u64| {
+        client
+            .post(format!("{base}/v1/resolve"))
+            .header("x-request-budget-ms", budget_ms.to_string())
+            .header("x-lab-observe-sent-unix-us", stamp(sent))
+            .json(&vega_labs())
+            .send()
+    };
+    let outcome = |o: &'static str| {
+        let admin = admin.clone();
+        async move {
+            scrape(
+                &admin,
+                "entity_service_budgeted_requests_total",
+                &format!("outcome=\"{o}\""),
+            )
+            .await
+        }
+    };
+    // Sent 2 s ago with 1.5 s of budget: the header alone says 1.5 s are left, so it is served,
+    // but its caller's attempt had ended before it arrived.
+    let long_ago = SystemTime::now() - Duration::from_secs(2);
+    let r = send(testkit::http(), long_ago, 1_500).await.unwrap();
+    assert_eq!(r.status(), 200);
+    // Sent now with 5 s: in time.
+    let r = send(testkit::http(), SystemTime::now(), 5_000)
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    // Sent (by its stamp) 1 s before the table is locked, with 2 s: it arrives with time left
+    // and its answer is ready only after the lock's 1.5 s, past its caller's 2 s. Judged when
+    // the answer is ready, not when the request arrived.
+    let mut locker = lock_entities(&db.url).await;
+    let stamped = SystemTime::now() - Duration::from_secs(1);
+    let late = tokio::spawn(send(testkit::http(), stamped, 2_000));
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    locker.execute("COMMIT").await.unwrap();
+    assert_eq!(late.await.unwrap().unwrap().status(), 200);
+    // A caller that hangs up after 300 ms of a 5 s budget while the table is locked: its
+    // handler is dropped with the connection before it answers.
+    let mut locker = lock_entities(&db.url).await;
+    let impatient = reqwest::Client::builder()
+        .timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let gone = send(impatient, SystemTime::now(), 5_000).await;
+    assert!(gone.is_err_and(|e| e.is_timeout()), "the caller hung up");
+    let mut dropped = 0.0;
+    for _ in 0..50 {
+        dropped = outcome("dropped").await;
+        if dropped > 0.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    locker.execute("COMMIT").await.unwrap();
+    assert_eq!(dropped, 1.0, "the hung-up request's handler was dropped");
+    assert_eq!(outcome("answered_late").await, 2.0);
+    assert_eq!(outcome("answered_in_time").await, 1.0);
+    assert_eq!(outcome("error").await, 0.0);
+    // Every stamped request that reached the handler has its transit; the first was sent 2 s
+    // before it arrived.
+    assert_eq!(
+        scrape(&admin, "entity_service_transit_seconds_count", "").await,
+        4.0
+    );
+    let transit = scrape(&admin, "entity_service_transit_seconds_sum", "").await;
+    assert!((3.0..60.0).contains(&transit), "transit {transit} s");
+    // Without the stamp, or without a budget, nothing is counted.
+    assert_eq!(
+        resolve_budgeted(&base, &vega_labs(), 5_000).await.status(),
+        200
+    );
+    let r = testkit::http()
+        .post(format!("{base}/v1/resolve"))
+        .header("x-lab-observe-sent-unix-us", stamp(SystemTime::now()))
+        .json(&vega_labs())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        scrape(&admin, "entity_service_budgeted_requests_total", "").await,
+        4.0
+    );
+    assert_eq!(
+        scrape(&admin, "entity_service_transit_seconds_count", "").await,
+        5.0,
+        "the unbudgeted stamped request has its transit too"
+    );
+}
+
+#[tokio::test]
 async fn a_budget_below_the_recent_cost_of_the_work_is_refused_before_any_query() {
     use sqlx::Executor;
     let db = TestDb::new().await;

@@ -88,14 +88,19 @@ pub async fn extract(
         // propagation is on) and this hop's own total.
         Mode::Resilient => {
             let own = now + st.dispatch_total;
-            let caller = headers::request_budget(
-                headers
-                    .get(headers::REQUEST_BUDGET_MS)
-                    .map(|v| v.as_bytes()),
-            )
-            .map_err(ApiError::bad_request)?
-            .filter(|_| flags.enabled("resilience.deadline_propagation"))
-            .map(|b| now + b);
+            // Read only while deadlines propagate (ablation: off ignores it, as before); a
+            // budget that cannot be read is then the caller's mistake, a 400.
+            let caller = if flags.enabled("resilience.deadline_propagation") {
+                headers::request_budget(
+                    headers
+                        .get(headers::REQUEST_BUDGET_MS)
+                        .map(|v| v.as_bytes()),
+                )
+                .map_err(ApiError::bad_request)?
+                .map(|b| now + b)
+            } else {
+                None
+            };
             Some(caller.map_or(own, |c| c.min(own)))
         }
     };

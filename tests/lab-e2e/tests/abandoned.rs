@@ -143,3 +143,39 @@ async fn a_fixed_handler_is_cancelled_with_its_caller() {
     let (entries, orphaned) = cache_after_a_hung_up_request("resilient").await;
     assert_eq!((entries, orphaned), (0.0, 0.0));
 }
+
+#[tokio::test]
+async fn a_fixed_orchestrator_refuses_a_budget_it_cannot_read() {
+    let db = TestDb::new().await;
+    let key = fixtures::tenant_with_key(&db.url, 1).await;
+    fixtures::entities(&db.url, &[(10, 1, "organization", "Vega Labs", 100)]).await;
+    let lab = Lab::start(
+        db,
+        LabOptions {
+            orchestrators: 1,
+            ..LabOptions::default()
+        },
+    )
+    .await;
+    lab.set_flag("client.mode", "resilient").await;
+    let extract = |budget: &'static str| {
+        testkit::http()
+            .post(format!("{}/internal/extract", lab.orchestrators[0].url))
+            .header("x-request-budget-ms", budget)
+            .json(&json!({
+                "tenant_id": key.tenant_id,
+                "doc_id": "d",
+                "text": "The payee Vega Labs confirmed.",
+            }))
+            .send()
+    };
+    // Not a number, and past what a deadline can be built from (it panicked the handler's
+    // clock arithmetic when u64::MAX ms was added to now).
+    for bad in ["soon", "18446744073709551615"] {
+        let resp = extract(bad).await.unwrap();
+        assert_eq!(resp.status(), 400, "budget {bad}");
+        let body: serde_json::Value = resp.json().await.unwrap();
+        assert_eq!(body["error"]["code"], "invalid_request", "budget {bad}");
+    }
+    assert_eq!(extract("2500").await.unwrap().status(), 200);
+}
