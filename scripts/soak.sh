@@ -85,6 +85,19 @@ say "fresh lab, $MODE mode$LAB_DESC"
 "$LABCTL" down >/dev/null 2>&1 || true
 trap '"$LABCTL" down >/dev/null 2>&1 || true' EXIT
 "$LABCTL" up --kafka "$KAFKA" > "$OUT/up.log" 2>&1 || { cat "$OUT/up.log"; exit 1; }
+# Preflight: 2 s at 10 rps must all be 200. A soak whose requests are refused at the door (401:
+# .lab/data/api-keys.json from another seeding than the database's) has no 5xx and would read
+# as a clean run; measured once: 945,842 requests, every one a 401.
+"$LABCTL" load --rate 10 --duration 2 --out "$OUT/preflight.json" > "$OUT/preflight.log" 2>&1 ||
+    { tail -n 20 "$OUT/preflight.log"; exit 1; }
+python3 - "$OUT/preflight.json" <<'PY' || exit 1
+import json, sys
+by = json.load(open(sys.argv[1]))["by_status"]
+if set(by) != {"200"}:
+    sys.exit(f"[soak] preflight: the lab answered {by} to 2 s of load, not only 200s. 401s mean "
+             ".lab/data/api-keys.json is not the database's seeding (another checkout reseeded it): "
+             "labctl seed --force, then run again")
+PY
 SCALE="${SOAK_SCALE:-1}"
 SC=load/scenarios/soak.yaml
 if [[ "$SCALE" != 1 ]]; then
