@@ -69,11 +69,8 @@ async fn resilient_abandons_no_entity_service_work() {
     assert_eq!((requests, seconds), (0.0, 0.0));
 }
 
-/// One document sent straight to the orchestrator by a caller that hangs up after 200 ms, while
-/// entity-service answers in 300 ms: inside the fixed client's 700 ms attempt, so a handler that
-/// ran on would cache the answer in either mode. Then, for up to 8 s, the orchestrator's cache
-/// entries and its orphaned handlers, once both have stopped moving.
-async fn cache_after_a_hung_up_request(mode: &str) -> (f64, f64) {
+/// A lab with one orchestrator and tenant 1's "Vega Labs", and tenant 1's key.
+async fn one_orchestrator() -> (Lab, fixtures::TenantKey) {
     let db = TestDb::new().await;
     let key = fixtures::tenant_with_key(&db.url, 1).await;
     fixtures::entities(&db.url, &[(10, 1, "organization", "Vega Labs", 100)]).await;
@@ -85,6 +82,15 @@ async fn cache_after_a_hung_up_request(mode: &str) -> (f64, f64) {
         },
     )
     .await;
+    (lab, key)
+}
+
+/// One document sent straight to the orchestrator by a caller that hangs up after 200 ms, while
+/// entity-service answers in 300 ms: inside the fixed client's 700 ms attempt, so a handler that
+/// ran on would cache the answer in either mode. Then, for up to 8 s, the orchestrator's cache
+/// entries and its orphaned handlers, once both have stopped moving.
+async fn cache_after_a_hung_up_request(mode: &str) -> (f64, f64) {
+    let (lab, key) = one_orchestrator().await;
     lab.set_flag("readiness.depth", "shallow").await;
     lab.set_flag("client.mode", mode).await;
     lab.set_flag("fault.entity.latency_ms", "300").await;
@@ -146,17 +152,7 @@ async fn a_fixed_handler_is_cancelled_with_its_caller() {
 
 #[tokio::test]
 async fn a_fixed_orchestrator_refuses_a_budget_it_cannot_read() {
-    let db = TestDb::new().await;
-    let key = fixtures::tenant_with_key(&db.url, 1).await;
-    fixtures::entities(&db.url, &[(10, 1, "organization", "Vega Labs", 100)]).await;
-    let lab = Lab::start(
-        db,
-        LabOptions {
-            orchestrators: 1,
-            ..LabOptions::default()
-        },
-    )
-    .await;
+    let (lab, key) = one_orchestrator().await;
     lab.set_flag("client.mode", "resilient").await;
     let extract = |budget: &'static str| {
         testkit::http()
