@@ -12,6 +12,7 @@
 //! - [`startup`]: `Application::build` / `port` / `run_until_stopped`.
 //! - [`resolve`]: `POST /v1/resolve` — exact match, then the locale-aware candidate lookup.
 //! - [`score`]: how a candidate is scored against a span.
+//! - [`session`]: the `statement_timeout` each pooled connection runs under (budgeted lookups).
 //! - [`telemetry`]: this service's metrics, including abandoned work.
 //! - [`dbstats`]: the database facts (`entity_db_*`: plan, staleness, dead tuples), refreshed in
 //!   the background.
@@ -24,6 +25,7 @@ pub mod fair;
 pub mod fault;
 pub mod resolve;
 pub mod score;
+pub mod session;
 pub mod startup;
 pub mod telemetry;
 

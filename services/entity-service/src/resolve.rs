@@ -25,6 +25,7 @@ use tracing::Instrument as _;
 use crate::admission::Refusal;
 use crate::configuration::ResolveSettings;
 use crate::score::jaccard;
+use crate::session::Timeout;
 use crate::telemetry::{ServiceMetrics, WorkGuard};
 
 /// The kinds the schema allows (its CHECK constraint).
@@ -108,6 +109,8 @@ pub struct AppState {
     pub gate: std::sync::Arc<crate::fair::FairGate>,
     pub flags: std::sync::Arc<lab_flags::Flags>,
     pub pool: Pool,
+    /// The `statement_timeout` each pooled connection runs under (LAB-FIX(round-trips)).
+    pub sessions: std::sync::Arc<crate::session::SessionTimeouts>,
     pub metrics: ServiceMetrics,
     pub settings: ResolveSettings,
 }
@@ -179,7 +182,7 @@ async fn resolve_work(
     let mut _turn = None;
     // Its own span: under the incident's load the wait for a pooled connection, not the query,
     // is where the time went.
-    let mut client = match deadline {
+    let client = match deadline {
         None => st
             .pool
             .get()
@@ -220,29 +223,25 @@ async fn resolve_work(
     // The query's own cost, without the wait: what the admission prices the next request's work
     // and its queue with.
     let started_work = Instant::now();
-    let results = match deadline {
-        None => lookup(&client, st, &req, None).await?,
+    let timeout = match deadline {
+        None => Timeout::Default,
         Some(deadline) => {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 st.metrics.shed.with_label_values(&["budget"]).inc();
                 return Err(budget_gone());
             }
-            // LAB-FIX(round-trips): the budget costs one round trip more than the legacy
-            // request's lookups, not three. Every round trip is a point where this task waits
-            // for a CPU while its pooled connection sits idle in the transaction (the soak's
-            // pulses began with 12-15 of 32 connections there), so: BEGIN waits for its answer
-            // (the Transaction needs it); the timeout is sent ahead of the exact match, on the
-            // same connection, without waiting for its own answer (`lookup`); and the
-            // transaction is not committed but dropped: it only read, so its end changes
-            // nothing, and the ROLLBACK the drop sends is queued on the connection ahead of its
-            // next user's statements, not waited for here.
-            let tx = client.transaction().await.map_err(db_error)?;
-            // An integer in milliseconds, formatted by us: nothing user-controlled reaches SQL.
-            let timeout = format!("SET LOCAL statement_timeout = {}", left.as_millis().max(1));
-            lookup(&tx, st, &req, Some(&timeout)).await?
+            // LAB-FIX(round-trips): the budget costs the legacy request's statements and,
+            // only when its connection was last given another value, one `SET` sent ahead of
+            // the exact match in the same round trip (crate::session) — not a transaction
+            // (BEGIN waited for, SET LOCAL, ROLLBACK: +0.07-0.09 cores of PostgreSQL at
+            // 1,051 rps, measured). Every round trip is a point where this task waits for a CPU
+            // while its pooled connection sits idle (the soak's pulses began with 12-15 of 32
+            // connections idle in a transaction).
+            Timeout::for_budget(left)
         }
     };
+    let results = lookup(&client, st, &req, timeout).await?;
     st.cost.observe(started_work.elapsed());
 
     for r in &results {
@@ -310,15 +309,16 @@ pub async fn popular(
     Ok(Json(PopularResponse { entities }))
 }
 
-/// The two lookups, on a plain pooled connection or inside the budgeted transaction, whose
-/// `SET LOCAL statement_timeout` (`before`) goes out ahead of the exact match in the same round
-/// trip.
-async fn lookup<C: deadpool_postgres::GenericClient>(
-    client: &C,
+/// The two lookups on a pooled connection, under `timeout`: when the connection was last given
+/// another value, its `SET` goes out ahead of the exact match in the same round trip.
+async fn lookup(
+    client: &deadpool_postgres::Object,
     st: &AppState,
     req: &ResolveRequest,
-    before: Option<&str>,
+    timeout: Timeout,
 ) -> Result<Vec<Option<Resolution>>, ApiError> {
+    let id = deadpool_postgres::Object::id(client);
+    let set = st.sessions.needs(id, timeout);
     // Exact matches for the whole batch in one round trip.
     let started = Instant::now();
     let names: Vec<&str> = req.spans.iter().map(|s| s.normalized.as_str()).collect();
@@ -329,14 +329,24 @@ async fn lookup<C: deadpool_postgres::GenericClient>(
             let exact_stmt = client.prepare_cached(queries::EXACT_MATCH).await?;
             client.query(&exact_stmt, &[&req.tenant, &names]).await
         };
-        match before {
+        match set {
             // tokio-postgres sends a request when its future is first polled and answers in
             // order, so two futures polled together share one round trip (a cached statement
-            // needs no round trip of its own); `biased` polls the timeout first, so it is in
+            // needs no round trip of its own); `biased` polls the `SET` first, so it is in
             // force for what follows (the tests hold `entities` locked and see the exact match
-            // cancelled, on a fresh connection and on a used one).
-            Some(sql) => {
-                tokio::try_join!(biased; client.batch_execute(sql), exact).map(|((), rows)| rows)
+            // cancelled, on a fresh connection and on a used one). The connection's value is
+            // recorded once PostgreSQL has answered the `SET`, whatever the lookup came to.
+            Some(to) => {
+                let sql = to.sql();
+                let (done, rows) = tokio::join!(biased; client.batch_execute(&sql), exact);
+                done?;
+                st.sessions.set(id, to);
+                let label = match to {
+                    Timeout::Default => "default",
+                    Timeout::Ms(_) => "budget",
+                };
+                st.metrics.session_sets.with_label_values(&[label]).inc();
+                rows
             }
             None => exact.await,
         }

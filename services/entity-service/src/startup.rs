@@ -66,6 +66,7 @@ impl Application {
             gate,
             flags,
             pool,
+            sessions: Default::default(),
             metrics: svc.clone(),
             settings: settings.resolve.clone(),
         };

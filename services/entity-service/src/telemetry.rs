@@ -42,6 +42,11 @@ pub struct ServiceMetrics {
     /// Budgeted `/v1/resolve` requests with a send stamp, by how they ended for their caller
     /// ([`CallerWatch`]).
     pub budgeted: prometheus::IntCounterVec,
+    /// `SET statement_timeout` sent ahead of a lookup, by what it set (`budget`: a budgeted
+    /// request's; `default`: a request without a budget on a connection that had one or was
+    /// new): what keeping the timeout on the connection costs, against one per budgeted request
+    /// (and a BEGIN and a ROLLBACK) before (crate::session).
+    pub session_sets: prometheus::IntCounterVec,
 }
 
 /// How a budgeted request ended, seen from its caller's attempt (sent + `X-Request-Budget-Ms`,
@@ -153,6 +158,17 @@ impl ServiceMetrics {
                 "Requests refused before any work, by reason (budget: the query alone, at its recent cost, cannot fit the caller's budget; queue: not after the wait for a PostgreSQL connection)",
                 &["reason"],
             ),
+            session_sets: {
+                let v = metrics.counter_vec(
+                    "entity_service_session_timeout_sets_total",
+                    "SET statement_timeout sent ahead of a lookup, by what it set (budget: a budgeted request's time left, rounded up to 50 ms; default: the server's, for a request without a budget on a connection that had one or is new)",
+                    &["to"],
+                );
+                for to in ["budget", "default"] {
+                    v.with_label_values(&[to]);
+                }
+                v
+            },
             db_waits: metrics.counter_vec(
                 "entity_service_db_unreachable_waits_total",
                 "Budgeted requests that found PostgreSQL unreachable and kept reconnecting inside their budget, by outcome (reconnected: it came back in time; gave_up: it did not)",

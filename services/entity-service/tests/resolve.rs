@@ -302,11 +302,11 @@ async fn a_budgeted_request_stops_its_query_in_postgres_and_an_unbudgeted_one_do
     locker.execute("ROLLBACK").await.unwrap();
 }
 
-/// LAB-FIX(round-trips): a budgeted request ends its transaction by dropping it (the ROLLBACK
-/// goes out behind it, unawaited), so its `SET LOCAL statement_timeout` must not outlive it on
-/// the pooled connection: on a pool of one, the next request — a legacy one, without a budget —
-/// runs on that same connection and must wait on a locked table past the budget's 300 ms, not be
-/// cancelled there as it would be inside the left-over transaction.
+/// LAB-FIX(round-trips): a budgeted request leaves its `statement_timeout` on its pooled
+/// connection (crate::session), so the next request without a budget must take it off: on a pool
+/// of one, a legacy request runs on that same connection and must wait on a locked table past
+/// the budget's 300 ms, not be cancelled there by the left-over setting (fails with the
+/// `SET ... TO DEFAULT` not sent).
 #[tokio::test]
 async fn a_budgeted_requests_timeout_does_not_outlive_it_on_its_pooled_connection() {
     use sqlx::Executor;
@@ -352,6 +352,56 @@ async fn a_budgeted_requests_timeout_does_not_outlive_it_on_its_pooled_connectio
         resp.headers()["x-lab-error-origin"],
         "entity-service/query_cancelled"
     );
+    locker.execute("ROLLBACK").await.unwrap();
+}
+
+/// LAB-FIX(round-trips): a connection remembers the `statement_timeout` it was last given, and
+/// a budgeted request sends its own only when it needs another value. On a pool of one: a 10 s
+/// budget, then a 300 ms one on a locked table — cancelled by PostgreSQL at 300 ms, not at the
+/// 10 s the connection had (fails with a `SET` skipped whenever one is already in place); and two
+/// requests with the same budget send one `SET` between them, not two (fails with a `SET` on
+/// every request).
+#[tokio::test]
+async fn a_connection_is_given_a_new_statement_timeout_only_when_a_budget_needs_another() {
+    use sqlx::Executor;
+    let db = TestDb::new().await;
+    seed(&db).await;
+    let (base, admin) = spawn_with_pool(&db.url, 1).await;
+    let req = vega_labs();
+    let sets = || {
+        scrape(
+            &admin,
+            "entity_service_session_timeout_sets_total",
+            "budget",
+        )
+    };
+    assert_eq!(resolve_budgeted(&base, &req, 10_000).await.status(), 200);
+    assert_eq!(sets().await, 1.0, "a new connection is given its budget");
+    assert_eq!(resolve_budgeted(&base, &req, 10_000).await.status(), 200);
+    assert_eq!(sets().await, 1.0, "the same budget again: nothing sent");
+
+    let mut locker = lock_entities(&db.url).await;
+    let short = {
+        let (base, req) = (base.clone(), req.clone());
+        tokio::spawn(async move { resolve_budgeted(&base, &req, 300).await })
+    };
+    // Given 5 s: 16 times its budget, half the 10 s the connection had before.
+    let mut resp = None;
+    for _ in 0..200 {
+        if short.is_finished() {
+            resp = Some(short.await.unwrap());
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    let resp = resp.expect("the 300 ms request ended while the table was still locked");
+    assert_eq!(resp.status(), 504);
+    assert_eq!(
+        resp.headers()["x-lab-error-origin"],
+        "entity-service/query_cancelled"
+    );
+    assert_eq!(running_lookups(&db.url).await, 0, "PostgreSQL stopped it");
+    assert_eq!(sets().await, 2.0);
     locker.execute("ROLLBACK").await.unwrap();
 }
 

@@ -42,7 +42,6 @@ pub fn section(d: &mut Doc, s: &Summary) {
     let items: Vec<String> = [
         broker(s, r),
         concurrency_limit(s),
-        round_trips(s, r),
         jaccard(s),
         tracing(s),
         allocator(s),
@@ -126,28 +125,6 @@ fn concurrency_limit(s: &Summary) -> Option<String> {
             num(Some(first.rate), 0), first.cpu.busy_cores, num(first.rates.cand_ms, 2)
         )
     })
-}
-
-fn round_trips(s: &Summary, r: &StepRow) -> Option<String> {
-    let (res, st) = (r.rates.resolves_s, r.stmts_s());
-    if res <= 0.0 || st <= 0.0 {
-        return None;
-    }
-    let rt = (st + 3.0 * res) / res;
-    let pgb = s.pgbench_best(HOT).and_then(|h| {
-        let c = h.cpu.as_ref()?;
-        Some(1e6 * super::report::pgbench_backends(c) / h.lookups_s)
-    });
-    Some(format!(
-        "**Three of every resolve's round trips to PostgreSQL carry no lookup**: with a budget the fixed client's request runs `BEGIN`, \
-         `SET LOCAL statement_timeout`, its lookups, `COMMIT` (services/entity-service/src/resolve.rs); at {} rps entity-service ran {} \
-         such transactions/s for {} lookup statements/s, ~{rt:.1} round trips per transaction. The PostgreSQL backends serving \
-         entity-service spent {} µs of CPU per lookup statement (the transaction's other three statements, and the exact match's \
-         `= ANY` over the batch, included) in the chain{}. Cheap: send `BEGIN; SET LOCAL statement_timeout = N` as one simple-query \
-         batch (one round trip, not two), or skip the transaction when the batch is one statement.",
-        num(Some(r.rate), 0), num(Some(res), 0), num(Some(st), 0), num(r.pg_us_per_stmt(), 0),
-        pgb.map(|u| format!(" against {} µs per hot lookup in pgbench", num(Some(u), 0))).unwrap_or_default()
-    ))
 }
 
 fn jaccard(s: &Summary) -> Option<String> {
