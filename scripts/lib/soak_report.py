@@ -88,7 +88,7 @@ def extract(run, rate, mode, kafka=None):
         } for t in (first, mid, last)] for r in replicas},
         # Each replica's RSS over the second half of the load: the least-squares line's level at
         # midway and its change to the end, MB.
-        "rss_trend_2nd_half": {r: dict(zip(("start_mb", "change_mb"), tr)) for r in replicas
+        "rss_trend_2nd_half": {r: dict(zip(("start_mb", "change_mb"), tr, strict=True)) for r in replicas
                                if (tr := trend([(t["t"], at(t, r, "process_resident_memory_bytes") / 1e6)
                                                 for t in loaded if t["t"] >= mid["t"]
                                                 and r in t["replicas"]]))},
@@ -104,6 +104,11 @@ def phase_table(phases, columns):
         m = p["summary"]
         cells = ("—" if k not in m else f"{m[k]:.{d}f}" for _, k, d in columns)
         print(f"| {p['name']} | " + " | ".join(cells) + " |")
+
+
+def signed_pct(x):
+    """A signed percentage, or "—" when not measured."""
+    return "—" if x is None else f"{x:+.1f}%"
 
 
 def render(path):
@@ -154,10 +159,9 @@ def render(path):
         tr = (trends or {}).get(r)
         line = 100 * tr["change_mb"] / tr["start_mb"] if tr and tr["start_mb"] else None
         changes[r] = line if trends is not None else tick
-        fmt = lambda x: "—" if x is None else f"{x:+.1f}%"
         trend_cell = "not kept" if trends is None else (
-            "—" if tr is None else f"{fmt(line)} ({tr['change_mb']:+.1f} MB)")
-        print(f"| {r} | {a['rss_mb']:.0f} | {b['rss_mb']:.0f} | {c['rss_mb']:.0f} | {fmt(tick)} | {trend_cell} | {a['tasks']:.0f} | {b['tasks']:.0f} | {c['tasks']:.0f} |")
+            "—" if tr is None else f"{signed_pct(line)} ({tr['change_mb']:+.1f} MB)")
+        print(f"| {r} | {a['rss_mb']:.0f} | {b['rss_mb']:.0f} | {c['rss_mb']:.0f} | {signed_pct(tick)} | {trend_cell} | {a['tasks']:.0f} | {b['tasks']:.0f} | {c['tasks']:.0f} |")
     print(f"\nLoad: {d['load']['sent']} sent, by status {d['load']['by_status']}.")
 
     if d["mode"] != "resilient":
