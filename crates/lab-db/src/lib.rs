@@ -416,7 +416,10 @@ pub fn hot_path_pool(
         tokio_postgres::NoTls,
         deadpool_postgres::ManagerConfig {
             // Fast: the pool only checks that the connection is not closed. A round trip per
-            // checkout would add a query per request to the service under study.
+            // checkout would add a query per request to the service under study. And it keeps
+            // the session as it was: entity-service remembers each connection's
+            // statement_timeout (services/entity-service/src/session.rs), which a recycling
+            // that resets sessions (`Clean`: DISCARD ALL) would silently undo.
             recycling_method: deadpool_postgres::RecyclingMethod::Fast,
         },
     );

@@ -281,14 +281,14 @@ pub async fn popular(
     let budget = request_budget(&headers)?;
     let mut client = st.pool.get().await.map_err(pool_error)?;
     let tx = client.transaction().await.map_err(db_error)?;
-    if let Some(b) = budget {
-        tx.batch_execute(&format!(
-            "SET LOCAL statement_timeout = {}",
-            b.as_millis().max(1)
-        ))
-        .await
-        .map_err(db_error)?;
-    }
+    // Inside this transaction only, whatever the connection's session has: the caller's budget,
+    // or the server's default without one (a budgeted resolve leaves its own value on the
+    // connection, crate::session, and a warm-up of 10,000 rows must not run under it).
+    let timeout = match budget {
+        Some(b) => format!("SET LOCAL statement_timeout = {}", b.as_millis().max(1)),
+        None => "SET LOCAL statement_timeout TO DEFAULT".to_owned(),
+    };
+    tx.batch_execute(&timeout).await.map_err(db_error)?;
     let rows = tx
         .query(queries::POPULAR, &[&q.limit])
         .await
@@ -335,17 +335,22 @@ async fn lookup(
             // needs no round trip of its own); `biased` polls the `SET` first, so it is in
             // force for what follows (the tests hold `entities` locked and see the exact match
             // cancelled, on a fresh connection and on a used one). The connection's value is
-            // recorded once PostgreSQL has answered the `SET`, whatever the lookup came to.
+            // recorded as soon as PostgreSQL has answered the `SET`, whatever the lookup comes
+            // to, even if the caller hangs up while the lookup runs.
             Some(to) => {
                 let sql = to.sql();
-                let (done, rows) = tokio::join!(biased; client.batch_execute(&sql), exact);
-                done?;
-                st.sessions.set(id, to);
-                let label = match to {
-                    Timeout::Default => "default",
-                    Timeout::Ms(_) => "budget",
+                let set = async {
+                    client.batch_execute(&sql).await?;
+                    st.sessions.set(id, to);
+                    let label = match to {
+                        Timeout::Default => "default",
+                        Timeout::Ms(_) => "budget",
+                    };
+                    st.metrics.session_sets.with_label_values(&[label]).inc();
+                    Ok::<(), tokio_postgres::Error>(())
                 };
-                st.metrics.session_sets.with_label_values(&[label]).inc();
+                let (done, rows) = tokio::join!(biased; set, exact);
+                done?;
                 rows
             }
             None => exact.await,

@@ -32,7 +32,7 @@ use deadpool_postgres::ObjectId;
 pub const STEP: Duration = Duration::from_millis(50);
 
 /// Connections remembered at most; the oldest (lowest id: deadpool's ids only grow) are forgotten
-/// first, and a forgotten one only pays one `SET` more. A pool's connections are replaced when
+/// first, never the one just set, and a forgotten one only pays one `SET` more. A pool's connections are replaced when
 /// they break (a PostgreSQL restart replaces all of them), so without a bound the map would keep
 /// one entry per connection ever made.
 const REMEMBERED: usize = 1024;
@@ -42,7 +42,7 @@ const REMEMBERED: usize = 1024;
 pub enum Timeout {
     /// The server's own (`SET statement_timeout TO DEFAULT`): no budget sent.
     Default,
-    /// This many milliseconds, a multiple of [`STEP`].
+    /// This many milliseconds: a multiple of [`STEP`], or PostgreSQL's largest.
     Ms(u64),
 }
 
@@ -101,8 +101,13 @@ impl<K: Ord + Copy> SessionTimeouts<K> {
     pub fn set(&self, id: K, to: Timeout) {
         let mut known = self.known.lock().expect("session timeouts lock");
         known.insert(id, to);
+        // The oldest other than the one just set: a long-lived connection with a low id must
+        // not be forgotten on every SET it makes.
         while known.len() > REMEMBERED {
-            known.pop_first();
+            let Some(&oldest) = known.keys().find(|k| **k != id) else {
+                break;
+            };
+            known.remove(&oldest);
         }
     }
 
@@ -152,7 +157,9 @@ mod tests {
         t.set(1, Timeout::Default);
         assert_eq!(t.needs(1, Timeout::Default), None);
         assert_eq!(t.needs(1, ms700), Some(ms700));
-        // Sent but not confirmed (the request was dropped on the way): unknown, sent again.
+        // Sent but not confirmed (the request was dropped on the way): the session may hold
+        // 700 ms now, so a legacy request must take it off, though DEFAULT was last confirmed.
+        assert_eq!(t.needs(1, Timeout::Default), Some(Timeout::Default));
         assert_eq!(t.needs(1, ms700), Some(ms700));
         t.set(1, ms700);
         assert_eq!(t.needs(1, ms700), None);
@@ -174,5 +181,9 @@ mod tests {
         assert_eq!(t.len(), REMEMBERED);
         assert_eq!(t.needs(9, Timeout::Ms(700)), Some(Timeout::Ms(700)));
         assert_eq!(t.needs(REMEMBERED + 9, Timeout::Ms(700)), None);
+        // The oldest connection set again stays remembered: the next oldest goes instead.
+        t.set(0, Timeout::Ms(700));
+        assert_eq!(t.len(), REMEMBERED);
+        assert_eq!(t.needs(0, Timeout::Ms(700)), None);
     }
 }

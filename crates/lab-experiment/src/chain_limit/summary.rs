@@ -158,7 +158,7 @@ pub struct ChainRates {
     pub spans_s: f64,
     pub exact_s: f64,
     pub cand_s: f64,
-    /// entity-service's resolves (transactions), `query="acquire"`.
+    /// entity-service's resolves (one pool checkout each), `query="acquire"`.
     pub resolves_s: f64,
     /// Mean hot lookup inside the chain, ms.
     pub cand_ms: Option<f64>,
