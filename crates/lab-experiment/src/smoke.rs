@@ -310,16 +310,47 @@ async fn restore(
     before: &BTreeMap<String, usize>,
 ) -> anyhow::Result<()> {
     let now = shape(state_dir)?;
+    let mut scaled = false;
     for (service, &n) in before {
         if now.get(service) != Some(&n) {
             let s: Service = service.parse()?;
             lab.scale(s, n)
                 .await
                 .with_context(|| format!("putting {service} back to {n} replicas"))?;
+            scaled = true;
         }
     }
-    Ok(())
+    if !scaled {
+        return Ok(());
+    }
+    // A scale-down returns once the removed replicas are sent SIGTERM; the supervisor drops them
+    // from the lab's state only when they have exited, and the next run takes its targets from
+    // that state: a replica still draining would be a target that never applies the next run's
+    // flags (CI, 2026-12-07: `incident` in legacy mode failed on orchestrators 4-8 "did not apply
+    // client.mode=legacy within 15 s", the resilient run's scale-up still draining). So: wait
+    // until the state is the shape again, bounded.
+    let deadline = std::time::Instant::now() + RESTORE_WAIT;
+    loop {
+        let now = shape(state_dir)?;
+        if before
+            .iter()
+            .all(|(service, n)| now.get(service) == Some(n))
+        {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            std::time::Instant::now() < deadline,
+            "the lab is not back to {before:?} {} s after the scale (it is {now:?}): a removed \
+             replica has not exited (see its log under the state dir's logs/)",
+            RESTORE_WAIT.as_secs()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
 }
+
+/// How long a restore waits for removed replicas to exit: a replica's own drain is bounded by
+/// its shutdown grace (seconds); a minute is room for eight of them on a loaded 2-core machine.
+const RESTORE_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
 fn doc(args: &CheckArgs, outcomes: &[Outcome]) -> Doc {
     let failed = outcomes.iter().filter(|o| o.problem.is_some()).count();
