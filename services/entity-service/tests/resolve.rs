@@ -322,19 +322,7 @@ async fn a_budgeted_requests_timeout_does_not_outlive_it_on_its_pooled_connectio
         let (base, req) = (base.clone(), req.clone());
         tokio::spawn(async move { resolve(&base, &req).await.status() })
     };
-    // Seen waiting on the lock, and still waiting well past the 300 ms a left-over timeout
-    // would have allowed it.
-    let mut waiting = 0;
-    for _ in 0..40 {
-        waiting = running_lookups(&db.url).await;
-        if waiting > 0 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
-    }
-    assert_eq!(waiting, 1, "the legacy lookup reached PostgreSQL");
-    tokio::time::sleep(std::time::Duration::from_millis(700)).await;
-    assert!(!legacy.is_finished(), "the legacy request was cut short");
+    still_waiting_past_a_left_over_timeout(&db.url, &legacy, "the legacy lookup").await;
     assert_eq!(
         running_lookups(&db.url).await,
         1,
@@ -436,19 +424,29 @@ async fn popular_without_a_budget_is_not_bounded_by_a_resolves_left_over_timeout
                 .status()
         })
     };
+    still_waiting_past_a_left_over_timeout(&db.url, &popular, "the warm-up query").await;
+    locker.execute("ROLLBACK").await.unwrap();
+    assert_eq!(popular.await.unwrap(), 200);
+}
+
+/// `what`, run by `task` on a locked table, is seen waiting there in PostgreSQL, and still
+/// waiting 700 ms later: well past the 300 ms a left-over `statement_timeout` would allow it.
+async fn still_waiting_past_a_left_over_timeout<T>(
+    db_url: &str,
+    task: &tokio::task::JoinHandle<T>,
+    what: &str,
+) {
     let mut waiting = 0;
     for _ in 0..40 {
-        waiting = running_lookups(&db.url).await;
+        waiting = running_lookups(db_url).await;
         if waiting > 0 {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(25)).await;
     }
-    assert_eq!(waiting, 1, "the warm-up query reached PostgreSQL");
+    assert_eq!(waiting, 1, "{what} reached PostgreSQL");
     tokio::time::sleep(std::time::Duration::from_millis(700)).await;
-    assert!(!popular.is_finished(), "the warm-up query was cut short");
-    locker.execute("ROLLBACK").await.unwrap();
-    assert_eq!(popular.await.unwrap(), 200);
+    assert!(!task.is_finished(), "{what} was cut short");
 }
 
 /// One sample's value from a Prometheus text exposition (label filter: a substring).
