@@ -89,9 +89,10 @@ def extract(run, rate, mode, kafka=None):
         # Each replica's RSS over the second half of the load: the least-squares line's level at
         # midway and its change to the end, MB.
         "rss_trend_2nd_half": {r: dict(zip(("start_mb", "change_mb"), tr, strict=True)) for r in replicas
-                               if (tr := trend([(t["t"], at(t, r, "process_resident_memory_bytes") / 1e6)
-                                                for t in loaded if t["t"] >= mid["t"]
-                                                and r in t["replicas"]]))},
+                               if (tr := trend([(t["t"], mb) for t in loaded if t["t"] >= mid["t"]
+                                                # a tick whose scrape of r failed has no RSS,
+                                                # not an RSS of 0
+                                                if (mb := at(t, r, "process_resident_memory_bytes") / 1e6) > 0]))},
     }, sys.stdout, indent=1, sort_keys=True)
     print()
 
@@ -190,7 +191,8 @@ def render(path):
                   f"{d['load']['by_status']}; bound {MAX_5XX_PCT}%)")
     for r, c in sorted(changes.items()):
         if c is None:
-            print(f"- NOT MEASURED {r}: no RSS midway")
+            why = "no RSS trend over the second half" if trends is not None else "no RSS midway"
+            print(f"- NOT MEASURED {r}: {why}")
         else:
             ok = abs(c) <= MAX_RSS_CHANGE_PCT
             how = "least-squares trend" if trends is not None else "tick to tick (no trend kept)"
