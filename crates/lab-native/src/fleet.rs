@@ -523,9 +523,22 @@ fn orchestrators(
         env.insert("LAB_ENTITY__URLS".into(), entity_urls.to_string());
         if let Some(k) = kafka {
             env.insert("LAB_KAFKA__BROKERS".into(), k.to_string());
-            // One event per batch: tansu's high watermark is wrong after a batched produce, which
-            // would falsify the enrichment lag (crates/lab-kafka/src/lag.rs).
-            env.insert("LAB_KAFKA__BATCH_MAX_EVENTS".into(), "1".into());
+            // Small batches, held long enough to fill: tansu reports a partition's high watermark
+            // as its last batch's base offset + 1, so a batch of N events under-counts the
+            // enrichment lag by up to N - 1 on that partition (crates/lab-kafka/src/lag.rs), and
+            // 8 bounds that at 7 a partition. One event per batch (exact) made every document its
+            // own produce request, and tansu's memory storage pays on every fetch for every batch
+            // it holds: at 350 rps the broker took 0.13 -> 0.29 cores over 5 minutes (+0.034 a
+            // minute), with batches of up to 8 held 500 ms 0.03 -> 0.05 (+0.004)
+            // (scripts/broker-growth.sh, issue 29). 500 ms: at 350 rps each of 3 orchestrators
+            // sends ~10 events a second to each of 12 partitions, so a shorter linger leaves
+            // batches of one; enrichment is off the request path and its fetch already waits up
+            // to 2 s for 64 KiB.
+            env.insert(
+                "LAB_KAFKA__BATCH_MAX_EVENTS".into(),
+                lab_kafka::lag::NATIVE_BATCH_MAX_EVENTS.to_string(),
+            );
+            env.insert("LAB_KAFKA__LINGER_MS".into(), "500".into());
         }
         if let Some(p) = policy {
             env.insert(
