@@ -6,6 +6,7 @@
 #
 #   scripts/broker-growth.sh                    # 350 rps for 8 min, sampled every 30 s
 #   BG_RATE=200 BG_SECONDS=300 scripts/broker-growth.sh
+#   BG_UP_ARGS="--env orchestrator:LAB_KAFKA__LINGER_MS=500" scripts/broker-growth.sh   # extra `labctl up` flags
 #
 # What it showed (docs/reports/broker-growth.md): tansu 0.6 with memory storage lists every batch
 # a partition holds on each fetch (its DeleteRecords is unimplemented, so nothing ever leaves), and
@@ -42,7 +43,8 @@ say "a fresh lab, resilient mode, Kafka at $KAFKA"
 "$LABCTL" down >/dev/null 2>&1 || true
 trap '"$LABCTL" down >/dev/null 2>&1 || true' EXIT
 "$LABCTL" flags set client.mode resilient >/dev/null
-"$LABCTL" up --kafka "$KAFKA" > "$OUT/up.log" 2>&1 || { tail -n 30 "$OUT/up.log"; exit 1; }
+# shellcheck disable=SC2086  # BG_UP_ARGS is a list of flags
+"$LABCTL" up --kafka "$KAFKA" ${BG_UP_ARGS:-} > "$OUT/up.log" 2>&1 || { tail -n 30 "$OUT/up.log"; exit 1; }
 say "$RATE rps for $SECONDS_ s, sampled every $INTERVAL s"
 python3 "$HERE/lib/broker_growth.py" sample "$INTERVAL" "$SECONDS_" > "$OUT/samples.jsonl" &
 sampler=$!

@@ -87,6 +87,8 @@ def extract(out, rate, broker):
     json.dump({
         "rate_rps": float(rate), "broker": broker,
         "run": os.path.basename(os.path.abspath(out)),
+        # The run's extra `labctl up` flags (BG_UP_ARGS): what it changed from the defaults.
+        "up_args": os.environ.get("BG_UP_ARGS", ""),
         "load": {k: summary[k] for k in ("sent", "by_status") if k in summary},
         "samples": samples,
     }, sys.stdout, indent=1, sort_keys=True)
@@ -113,7 +115,8 @@ def render(path):
           f"(written by `scripts/broker-growth.sh`, run `{d.get('run')}`); every number below is "
           f"that run's. Broker: {d['broker']}, fresh (empty) at the start; the lab in resilient "
           f"mode with its enrichment workers; open-loop load at a constant rate. Cores from "
-          f"/proc (utime + stime) per interval.\n")
+          f"/proc (utime + stime) per interval. "
+          f"`labctl up` flags beyond the defaults: {('`' + d['up_args'] + '`') if d.get('up_args') else 'none'}.\n")
     print("| t (s) | broker cores | broker RSS MB | PostgreSQL cores | lab services cores | labctl cores (load generator, supervisor) | machine busy cores |")
     print("|---:|---:|---:|---:|---:|---:|---:|")
     def seen(x, g):
