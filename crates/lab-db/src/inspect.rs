@@ -379,6 +379,9 @@ pub struct DbStatus {
     pub hot_plan: HotPlan,
     pub entities: TableStatus,
     pub busy_connections: i64,
+    /// Bytes on disk of what enrichment has written (its three tables with their indexes): they
+    /// only grow between reseeds, and their upserts compete with the lookups for shared buffers.
+    pub enrichment_bytes: i64,
 }
 
 /// Collect [`DbStatus`] on `client` (`params`: None picks [`HotParams::typical`]).
@@ -396,5 +399,20 @@ pub async fn status(
         hot_plan: hot_plan(client, &params).await?,
         entities: table_status(client).await?,
         busy_connections: busy_connections(client).await?,
+        enrichment_bytes: enrichment_bytes(client).await?,
     })
+}
+
+/// [`DbStatus::enrichment_bytes`] (0 for a table not there: a database migrated before it).
+async fn enrichment_bytes(client: &Client) -> anyhow::Result<i64> {
+    let row = client
+        .query_one(
+            "SELECT coalesce(sum(pg_total_relation_size(t)), 0)::bigint \
+             FROM unnest(ARRAY[to_regclass('enrichment_documents'), \
+                 to_regclass('tenant_entity_mentions'), to_regclass('entity_cooccurrence')]) AS t",
+            &[],
+        )
+        .await
+        .context("reading the enrichment tables' size")?;
+    Ok(row.get(0))
 }

@@ -212,12 +212,32 @@ async fn run_seeds_a_fresh_database_and_refuses_a_second_time_without_force() {
     assert!(format!("{err:#}").contains("--force"), "{err:#}");
     assert_eq!(count("SELECT count(*) FROM entities").await, args.entities);
 
+    // What enrichment wrote about the old data set is there before a forced reseed, gone after.
+    client
+        .batch_execute(
+            "INSERT INTO enrichment_documents (event_id, tenant_id, doc_id, entities, mentions, \
+                 unresolved, extracted_at, kafka_partition, kafka_offset) \
+                 VALUES ('e-old', 1, 'd-old', 2, 2, 0, now(), 0, 0); \
+             INSERT INTO tenant_entity_mentions VALUES (1, 1, 1, 1, now()); \
+             INSERT INTO entity_cooccurrence VALUES (1, 1, 2, 1);",
+        )
+        .await
+        .unwrap();
+    let enrichment_rows = "SELECT (SELECT count(*) FROM enrichment_documents) \
+         + (SELECT count(*) FROM tenant_entity_mentions) + (SELECT count(*) FROM entity_cooccurrence)";
+    assert_eq!(count(enrichment_rows).await, 3);
+
     // With --force it reseeds, and the same seed gives the same rows.
     let forced = SeedArgs {
         force: true,
         ..args.clone()
     };
     run(&url, &forced).await.expect("reseeding with --force");
+    assert_eq!(
+        count(enrichment_rows).await,
+        0,
+        "enrichment of the old data set left"
+    );
     let names_after: Vec<String> = client
         .query(
             "SELECT canonical_name FROM entities ORDER BY id LIMIT 50",

@@ -134,6 +134,10 @@ fn print(s: &DbStatus) {
             .join(", ")
     );
     println!(
+        "enrichment's tables: {} (they grow until `labctl seed --force`)",
+        bytes(s.enrichment_bytes)
+    );
+    println!(
         "connections to {} not idle (others): {}",
         s.database, s.busy_connections
     );

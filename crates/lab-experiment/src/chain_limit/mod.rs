@@ -406,6 +406,10 @@ fn hot_plan_line(st: &lab_db::inspect::DbStatus) -> HotPlanLine {
                 t.n_live_tup, t.n_dead_tup, t.n_mod_since_analyze, t.n_tup_hot_upd
             ),
             format!("locale {}: {stats}", t.locale_type),
+            format!(
+                "enrichment's tables {:.0} MB",
+                st.enrichment_bytes as f64 / 1e6
+            ),
         ],
     }
 }
