@@ -19,10 +19,11 @@
 #
 # Why without Kafka by default: the soak is a test of the fixed client at a steady load, and the
 # native broker's cost is not steady. tansu 0.6 (memory storage) lists every batch a partition
-# holds on every fetch, the lab's producers send one event per batch (crates/lab-kafka/src/lag.rs)
-# and tansu cannot delete records (its DeleteRecords is unimplemented), so the broker's CPU grows
-# with every event the run publishes. Measured 2026-12-06 on 2 cores, 350 rps for 8 min on a fresh
-# broker: tansu 0.16 -> 0.45 cores (41 -> 372 MB), the rest of the lab flat; tansu's SQLite
+# holds on every fetch and cannot delete records (its DeleteRecords is unimplemented), so the
+# broker's CPU grows with every batch the run publishes. Measured 2026-12-06 on 2 cores, 350 rps
+# for 8 min on a fresh broker, the producers then sending one event per batch: tansu 0.16 -> 0.45
+# cores (41 -> 372 MB), the rest of the lab flat. Batches of up to 8 (5072fb1) cut the growth to
+# +0.005 cores a minute (docs/reports/broker-growth.md), still not steady over 30 min; tansu's SQLite
 # storage (built from crates.io) is flat but 0.73-0.82 cores at the same rate and fell behind the
 # producers. A 30-minute soak with it measures the broker filling (the soak of 2026-12-06 at
 # 493 rps: 17-51% 5xx per window, the orchestrators' producer queues at their cap), not the

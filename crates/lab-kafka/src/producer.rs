@@ -44,8 +44,9 @@ pub struct ProducerSettings {
     pub delivery_timeout_ms: u64,
     /// How long librdkafka waits to fill a batch (`linger.ms`).
     pub linger_ms: u32,
-    /// Events per batch at most (`batch.num.messages`). 1 against tansu, whose high watermark is
-    /// wrong after a batched produce (see [`crate::lag`]).
+    /// Events per batch at most (`batch.num.messages`). The native lab sets
+    /// [`crate::lag::NATIVE_BATCH_MAX_EVENTS`] (with a 500 ms linger) against tansu, whose high
+    /// watermark is the last batch's base offset + 1 (see [`crate::lag`]).
     pub batch_max_events: u32,
 }
 

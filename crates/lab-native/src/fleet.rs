@@ -671,8 +671,9 @@ pub async fn up(
     print_lab(args, &plan, state_dir)
 }
 
-/// Refuse to start a second lab while this state directory's supervisor still runs.
-fn refuse_if_up(state_dir: &Path) -> anyhow::Result<()> {
+/// Refuse to start a second lab (or to reseed under a running one: `labctl seed`) while this
+/// state directory's supervisor still runs.
+pub fn refuse_if_up(state_dir: &Path) -> anyhow::Result<()> {
     if let Some(state) = supervise::read_state(state_dir)? {
         if supervise::process_alive(state.supervisor_pid) {
             bail!(

@@ -86,8 +86,10 @@ pub async fn run(command: KafkaCommand, state_dir: &Path) -> anyhow::Result<()> 
                 );
             }
             println!(
-                "total lag {} (log end from the high watermark; see crates/lab-kafka/src/lag.rs)",
-                lags.iter().map(|l| l.lag).sum::<i64>()
+                "total lag {} (log end from the high watermark; on tansu up to {} short per partition, \
+                 so a committed offset can read past it; see crates/lab-kafka/src/lag.rs)",
+                lags.iter().map(|l| l.lag).sum::<i64>(),
+                lab_kafka::lag::NATIVE_BATCH_MAX_EVENTS - 1
             );
             Ok(())
         }

@@ -1,5 +1,7 @@
 //! `labctl seed`: the deterministic data set, API keys and document corpus (crates/lab-seed).
 
+use anyhow::Context;
+
 use crate::Globals;
 
 #[derive(clap::Args)]
@@ -19,12 +21,13 @@ pub struct SeedCli {
     /// PRNG seed: the same seed gives the same data (20260611: the incident's date).
     #[arg(long, default_value_t = 20_260_611)]
     seed: u64,
-    /// Wipe existing data first (without it, seed refuses a non-empty database).
+    /// Wipe existing data first, enrichment's tables included (without it, seed refuses a
+    /// non-empty database; with it, a lab up in this state directory).
     #[arg(long)]
     force: bool,
     /// Do nothing if the data set is there: the database holds entities AND the data dir holds
     /// the seed's files (for scripts). A seeded database without the files is seeded again:
-    /// the API keys' secrets exist only in the files.
+    /// the API keys' secrets exist only in the files (a reseed as with --force).
     #[arg(long, conflicts_with = "force")]
     if_empty: bool,
 }
@@ -70,6 +73,13 @@ pub async fn run(s: SeedCli, g: &Globals) -> anyhow::Result<()> {
             }
             Seeded::No => {}
         }
+    }
+    if args.force {
+        // Under a running lab a reseed would empty enrichment's tables while its workers write
+        // the old data set's events into them again, and the services keep the old keys and
+        // entities in their caches.
+        lab_native::fleet::refuse_if_up(&g.state_dir)
+            .context("reseeding (--force) needs the lab down: `labctl down`, then seed again")?;
     }
     let report = lab_seed::run(&g.database_url, &args).await?;
     println!("{}", serde_json::to_string_pretty(&report)?);

@@ -36,7 +36,8 @@ const HANDLER_DRAIN: Duration = Duration::from_secs(2);
 /// How long a stopping orchestrator waits for its queued `doc.ingested` events to reach the
 /// broker, after the HTTP drain (10 s): 3 s keeps the whole stop under the 15 s the native lab's
 /// supervisor waits before SIGKILL and Kubernetes' 30 s grace period; a healthy broker takes
-/// milliseconds (`kafka_producer_delivery_seconds`), and what is left is logged with its count.
+/// milliseconds (`kafka_producer_delivery_seconds`; up to the native lab's 500 ms linger in normal
+/// running, which a flush does not wait out), and what is left is logged with its count.
 const EVENT_FLUSH: Duration = Duration::from_secs(3);
 
 impl Application {
