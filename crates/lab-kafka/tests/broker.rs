@@ -33,6 +33,17 @@ async fn wait_drained(p: &EventProducer) {
     }
 }
 
+/// The lag of a group that never consumed `topic`, read from outside it (blocking, off the runtime).
+async fn nobody_consumes_lag(brokers: &str, topic: &str) -> Vec<lab_kafka::lag::PartitionLag> {
+    let (b, n) = (brokers.to_string(), topic.to_string());
+    tokio::task::spawn_blocking(move || {
+        lab_kafka::lag::group_lag(&b, "nobody-consumes", &n, TIMEOUT)
+    })
+    .await
+    .unwrap()
+    .unwrap()
+}
+
 fn metric(registry: &Registry, name: &str, label: Option<(&str, &str)>) -> f64 {
     let text = {
         use prometheus::Encoder;
@@ -175,13 +186,7 @@ async fn group_lag_counts_every_unconsumed_event() {
         p.publish(&format!("doc-{i}"), b"{}", &[]);
         wait_drained(&p).await;
     }
-    let (b, n) = (brokers.clone(), name.clone());
-    let lags = tokio::task::spawn_blocking(move || {
-        lab_kafka::lag::group_lag(&b, "nobody-consumes", &n, TIMEOUT)
-    })
-    .await
-    .unwrap()
-    .unwrap();
+    let lags = nobody_consumes_lag(&brokers, &name).await;
     assert_eq!(lags.len(), 12);
     assert_eq!(lags.iter().map(|l| l.lag).sum::<i64>(), 37, "{lags:?}");
 
@@ -235,13 +240,7 @@ async fn a_batching_producer_leaves_the_lag_short_by_less_than_a_batch() {
         assert_eq!(p.publish("one-key", b"{}", &[]), Publish::Queued);
     }
     wait_drained(&p).await;
-    let (b, n) = (brokers.clone(), name.clone());
-    let lags = tokio::task::spawn_blocking(move || {
-        lab_kafka::lag::group_lag(&b, "nobody-consumes", &n, TIMEOUT)
-    })
-    .await
-    .unwrap()
-    .unwrap();
+    let lags = nobody_consumes_lag(&brokers, &name).await;
     let busy: Vec<_> = lags.iter().filter(|l| l.lag > 0).collect();
     assert_eq!(busy.len(), 1, "one key, one partition: {lags:?}");
     let lag = busy[0].lag;
