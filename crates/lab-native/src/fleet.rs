@@ -135,12 +135,26 @@ fn parse_env_override(s: &str) -> anyhow::Result<(String, String, String)> {
         {
             Ok((svc, k, v))
         }
+        // The one setting outside the lab's own: how many threads a service's Tokio runtime runs
+        // (`#[tokio::main]` reads it; default one per core), to measure what the workers' wake-ups
+        // cost on a shared machine (issue 29).
+        Some((svc, k, v))
+            if svc.parse::<Service>().is_ok()
+                && k == TOKIO_WORKER_THREADS
+                && v.parse::<u16>().is_ok_and(|n| n > 0) =>
+        {
+            Ok((svc, k, v))
+        }
         _ => anyhow::bail!(
-            "--env {s:?}: write SERVICE:LAB_<SECTION>__<KEY>=VALUE with SERVICE one of {:?}",
+            "--env {s:?}: write SERVICE:LAB_<SECTION>__<KEY>=VALUE (or SERVICE:{TOKIO_WORKER_THREADS}=N, \
+             N ≥ 1) with SERVICE one of {:?}",
             Service::ALL.map(Service::as_str)
         ),
     }
 }
+
+/// Tokio's own variable for its multi-thread runtime's worker count.
+const TOKIO_WORKER_THREADS: &str = "TOKIO_WORKER_THREADS";
 
 /// The settings that name a service's Redis namespace (flags, the gateway's rate limits).
 const REDIS_NAMESPACE_KEYS: [&str; 2] = ["LAB_FLAGS__NAMESPACE", "LAB_RATELIMIT__NAMESPACE"];
@@ -1117,6 +1131,27 @@ pub async fn status(state_dir: &Path, json: bool) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn env_overrides_take_lab_settings_and_the_tokio_worker_count_only() {
+        assert!(parse_env_override("orchestrator:LAB_ENTITY__TIMEOUT_MS=5").is_ok());
+        assert_eq!(
+            parse_env_override("entity-service:TOKIO_WORKER_THREADS=1").unwrap(),
+            (
+                "entity-service".to_string(),
+                "TOKIO_WORKER_THREADS".to_string(),
+                "1".to_string()
+            )
+        );
+        for refused in [
+            "entity-service:TOKIO_WORKER_THREADS=0",
+            "entity-service:TOKIO_WORKER_THREADS=two",
+            "orchestrator:PATH=/tmp",
+            "nobody:TOKIO_WORKER_THREADS=1",
+        ] {
+            assert!(parse_env_override(refused).is_err(), "{refused}");
+        }
+    }
 
     /// `labctl up` keeps doc.ingested while another lab's supervisor runs on this machine: a
     /// process whose command line is `... supervise --plan PATH` is found while it lives.
