@@ -97,7 +97,8 @@ pub struct UpArgs {
     pub no_service_roles: bool,
     /// Extra environment for one service's replicas, `SERVICE:LAB_<SECTION>__<KEY>=VALUE`
     /// (repeatable), e.g. `--env edge-gateway:LAB_AUTH__FLOOD_GUARD=false`: any setting of the
-    /// service's configuration, applied after labctl's own (ports, URLs) so it wins.
+    /// service's configuration, applied after labctl's own (ports, URLs) so it wins; and
+    /// `SERVICE:TOKIO_WORKER_THREADS=N`, its runtime's worker count.
     #[arg(long = "env", value_name = "SERVICE:KEY=VALUE")]
     pub env: Vec<String>,
 }
