@@ -25,6 +25,7 @@ use lab_load::{SecondSample, TenantMix};
 use lab_native::{Service, UpArgs};
 use lab_report::charts::RunSeries;
 use lab_report::quantity::{Expr, Filter, Window};
+use lab_report::verdict::Check;
 use lab_seed::ApiKeyRecord;
 
 /// Options every experiment shares (`labctl ablate`, `labctl map`).
@@ -387,6 +388,13 @@ pub struct CellResult {
     pub phases: Vec<(String, BTreeMap<String, f64>)>,
     /// The run's own counts added up.
     pub consistent: bool,
+    /// The consistency checks that did not hold, with their counts (empty in cells measured
+    /// before they were kept: those say only that the counts did not add up).
+    #[serde(default)]
+    pub counts_failed: Vec<Check>,
+    /// The load generator's answers by status, `client_timeout` and `client_error` included.
+    #[serde(default)]
+    pub load_by_status: BTreeMap<String, u64>,
     /// Why this repetition cannot be ranked or mapped (empty: valid): the trigger's command
     /// failed, the hot plan never left the index scan (or was not measured) while the plan was
     /// meant to be stale, the counts do not add up. See [`invalid_reasons`].
@@ -426,7 +434,7 @@ impl CellResult {
             .collect();
         // A stored cell is judged by today's rule too (its trigger command's outcome is not
         // stored: a failed one shows as a plan that never flipped).
-        self.invalid = invalid_reasons(&self.phases, &[], self.consistent);
+        self.invalid = invalid_reasons(&self.phases, &[], self.consistent, &self.counts_failed);
         let mut m = aggregate(&reports);
         let phase_list: Vec<(String, f64, f64)> = reports
             .iter()
@@ -454,6 +462,7 @@ pub fn invalid_reasons(
     phases: &[(String, BTreeMap<String, f64>)],
     trigger_failed: &[String],
     consistent: bool,
+    counts_failed: &[Check],
 ) -> Vec<String> {
     let mut why: Vec<String> = trigger_failed
         .iter()
@@ -474,9 +483,17 @@ pub fn invalid_reasons(
             Some(_) => {}
         }
     }
-    if !consistent {
+    if !consistent && counts_failed.is_empty() {
         why.push("the run's own counts do not add up (its summary's consistency checks)".into());
     }
+    why.extend(counts_failed.iter().map(|c| {
+        format!(
+            "the counts do not add up: {}: expected {:.0}, got {:.0}",
+            c.check,
+            c.reference.unwrap_or(f64::NAN),
+            c.value.unwrap_or(f64::NAN)
+        )
+    }));
     why
 }
 
@@ -691,13 +708,19 @@ fn result_of(
     // shortens it; "stayed failed" means "not within this").
     metrics.insert("recovery_window_s".into(), run_end - analyze_end);
     let consistent = outcome.consistency.iter().all(|c| c.holds());
+    let counts_failed: Vec<Check> = outcome
+        .consistency
+        .iter()
+        .filter(|c| !c.holds())
+        .cloned()
+        .collect();
     let trigger_failed: Vec<String> = outcome
         .actions
         .iter()
         .filter(|a| a.command.starts_with("backfill") && !a.ok)
         .map(|a| a.command.clone())
         .collect();
-    let invalid = invalid_reasons(&phases, &trigger_failed, consistent);
+    let invalid = invalid_reasons(&phases, &trigger_failed, consistent, &counts_failed);
     let result = CellResult {
         spec: spec.clone(),
         repeat: rep,
@@ -706,6 +729,8 @@ fn result_of(
         invalid,
         phases,
         consistent,
+        counts_failed,
+        load_by_status: outcome.load.by_status.clone(),
         seconds: started.elapsed().as_secs_f64(),
         dir: dir.to_path_buf(),
     };
@@ -1189,6 +1214,8 @@ mod tests {
                 ),
             ],
             consistent: true,
+            counts_failed: vec![],
+            load_by_status: BTreeMap::new(),
             invalid: vec![],
             seconds: 100.0,
             dir: PathBuf::from("/nonexistent"),
@@ -1251,20 +1278,32 @@ mod tests {
                 kv(&[("hot_plan_index_scan_min", 1.0)]),
             ),
         ];
-        assert!(invalid_reasons(&flipped, &[], true).is_empty());
+        assert!(invalid_reasons(&flipped, &[], true, &[]).is_empty());
         // The plan never flipped (the invalidation's DDL timed out, say).
         let mut never = flipped.clone();
         never[1].1.insert("hot_plan_index_scan_min".into(), 1.0);
-        let why = invalid_reasons(&never, &[], true);
+        let why = invalid_reasons(&never, &[], true, &[]);
         assert_eq!(why.len(), 1, "{why:?}");
         assert!(why[0].contains("never left the index scan"), "{why:?}");
         // The probe was down: not measured is not proof.
         let mut blind = flipped.clone();
         blind[1].1.clear();
-        assert!(invalid_reasons(&blind, &[], true)[0].contains("not measured"));
+        assert!(invalid_reasons(&blind, &[], true, &[])[0].contains("not measured"));
         // The trigger's command failed, the counts do not add up.
-        let why = invalid_reasons(&flipped, &["backfill --only invalidate".into()], false);
+        let why = invalid_reasons(&flipped, &["backfill --only invalidate".into()], false, &[]);
         assert_eq!(why.len(), 2, "{why:?}");
+        // The counts that did not add up are named, with their values.
+        let timeouts = Check::counts_agree(
+            "load: every request got an HTTP answer (no client timeout or error)",
+            1000.0,
+            940.0,
+        );
+        let why = invalid_reasons(&flipped, &[], false, &[timeouts]);
+        assert_eq!(why.len(), 1, "{why:?}");
+        assert!(
+            why[0].contains("no client timeout") && why[0].contains("expected 1000, got 940"),
+            "{why:?}"
+        );
         // A rollback phase is part of the stale window too.
         let mut rolled = flipped.clone();
         rolled.insert(
@@ -1274,7 +1313,7 @@ mod tests {
                 kv(&[("hot_plan_index_scan_min", 1.0)]),
             ),
         );
-        assert_eq!(invalid_reasons(&rolled, &[], true).len(), 1);
+        assert_eq!(invalid_reasons(&rolled, &[], true, &[]).len(), 1);
     }
 
     #[test]

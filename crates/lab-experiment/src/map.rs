@@ -39,9 +39,15 @@ pub struct MapArgs {
     /// Add the postmortem's rollback (cold caches) this many seconds into every trigger.
     #[arg(long)]
     pub rollback_after: Option<u64>,
+    /// After the first pass, measure the cells on the border this many times in all: a cell
+    /// whose repetitions disagree, or whose outcome (recovered, stayed failed, unhealthy before
+    /// the trigger) differs from a neighbour's in its row or column. The border is where one run
+    /// is least able to say which side a cell is on; the cells inside a region keep --repeat.
+    #[arg(long)]
+    pub repeat_border: Option<u32>,
 }
 
-#[derive(Serialize, serde::Deserialize)]
+#[derive(Clone, Serialize, serde::Deserialize)]
 struct MapCell {
     mode: Mode,
     load: f64,
@@ -58,6 +64,12 @@ struct MapCell {
     /// begin with (the load alone overloads the lab) and says nothing about metastability.
     steady_goodput_pct: Option<f64>,
     healthy_before: bool,
+    /// Repetitions that proved nothing (`cell::invalid_reasons`), and why, once each: a square
+    /// with only those is drawn as invalid, not as not measured.
+    #[serde(default)]
+    invalid: usize,
+    #[serde(default)]
+    invalid_why: Vec<String>,
 }
 
 /// `summary.json` of a map (beside its `run` header): what its report is drawn from ([`doc`]).
@@ -71,6 +83,12 @@ pub struct Summary {
     recovery_margin: f64,
     warmup_seconds: u64,
     repeat: u32,
+    /// `--repeat-border`: the repetitions of the border cells (absent in maps before it).
+    #[serde(default)]
+    repeat_border: Option<u32>,
+    /// The cells the border pass measured again, by id.
+    #[serde(default)]
+    border: Vec<String>,
     rollback_after: Option<u64>,
     map: Vec<MapCell>,
     cells: Vec<CellResult>,
@@ -104,10 +122,38 @@ pub async fn run(args: &MapArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> anyhow
         args.cells.repeat,
         out.display()
     );
-    let all = cell::run_all(&specs, &args.cells, &cal, g, &keys, &out).await?;
-    // Only cells that proved their trigger are mapped (a square with none is drawn as not
-    // measured); the others fail the command below.
-    let map = squares(&specs, &cell::valid(&all), &cal, args.cells.recovery_margin);
+    let mut all = cell::run_all(&specs, &args.cells, &cal, g, &keys, &out).await?;
+    let mut border_ids = Vec::new();
+    if let Some(n) = args.repeat_border {
+        let first = squares(&specs, &all, &cal, args.cells.recovery_margin);
+        let ids = border(&first, &loads, &triggers);
+        let edge: Vec<CellSpec> = specs
+            .iter()
+            .filter(|s| ids.contains(&s.id))
+            .cloned()
+            .collect();
+        if edge.is_empty() {
+            println!("\nno border: every cell agrees with its neighbours");
+        } else {
+            println!(
+                "\nthe border: {} of {} cells, each measured {n} times in all ({})",
+                edge.len(),
+                specs.len(),
+                ids.join(", ")
+            );
+        }
+        let mut more = args.cells.clone();
+        more.repeat = n;
+        // The first pass's repetitions are read back from --out, not measured again.
+        more.rerun = false;
+        let again = cell::run_all(&edge, &more, &cal, g, &keys, &out).await?;
+        all.retain(|r| !ids.contains(&r.spec.id));
+        all.extend(again);
+        border_ids = ids;
+    }
+    // Only repetitions that proved their trigger are mapped (a square with none is drawn as
+    // invalid, with the reasons); they fail the command below.
+    let map = squares(&specs, &all, &cal, args.cells.recovery_margin);
     // What the measurement cost: every cell as measured (a resumed run reads most back) and
     // the calibration.
     let seconds = all.iter().map(|r| r.seconds).sum::<f64>() + cal.seconds;
@@ -123,6 +169,8 @@ pub async fn run(args: &MapArgs, g: &Globals, keys: Vec<ApiKeyRecord>) -> anyhow
             recovery_margin: args.cells.recovery_margin,
             warmup_seconds: args.cells.warmup_seconds,
             repeat: args.cells.repeat,
+            repeat_border: args.repeat_border,
+            border: border_ids,
             rollback_after: args.rollback_after,
             map,
             cells: all.clone(),
@@ -170,6 +218,13 @@ fn grid(args: &MapArgs) -> anyhow::Result<(Vec<f64>, Vec<u64>, Vec<Mode>)> {
         triggers.iter().all(|t| *t >= 5 && *t <= 900),
         "--trigger-seconds: every trigger must last 5..900 s"
     );
+    if let Some(n) = args.repeat_border {
+        anyhow::ensure!(
+            n > args.cells.repeat,
+            "--repeat-border {n}: must be more than --repeat ({}), or there is nothing to add",
+            args.cells.repeat
+        );
+    }
     if let Some(r) = args.rollback_after {
         anyhow::ensure!(
             triggers.iter().all(|t| r < *t),
@@ -223,7 +278,8 @@ fn specs(
     Ok(specs)
 }
 
-/// Each cell's repetitions as one square of the map.
+/// Each cell's repetitions as one square of the map: the valid ones measure it, the invalid
+/// ones are counted with their reasons.
 fn squares(
     specs: &[CellSpec],
     results: &[CellResult],
@@ -233,7 +289,16 @@ fn squares(
     specs
         .iter()
         .map(|s| {
-            let reps: Vec<&CellResult> = results.iter().filter(|r| r.spec.id == s.id).collect();
+            let all: Vec<&CellResult> = results.iter().filter(|r| r.spec.id == s.id).collect();
+            let reps: Vec<&CellResult> = all
+                .iter()
+                .copied()
+                .filter(|r| r.invalid.is_empty())
+                .collect();
+            let mut invalid_why: Vec<String> =
+                all.iter().flat_map(|r| r.invalid.iter().cloned()).collect();
+            invalid_why.sort();
+            invalid_why.dedup();
             let (recovery_seconds, stayed_failed) = cell::recovery_summary(&reps);
             let mean = |k: &str| cell::spread(&reps, k).map(|x| x.0);
             MapCell {
@@ -251,9 +316,71 @@ fn squares(
                 steady_goodput_pct: mean("steady_goodput_pct"),
                 healthy_before: mean("steady_goodput_pct")
                     .is_none_or(|g| g >= 100.0 * recovery_margin),
+                invalid: all.len() - reps.len(),
+                invalid_why,
             }
         })
         .collect()
+}
+
+/// A square's outcome, as the border compares them: `None` not measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    UnhealthyBefore,
+    Recovered,
+    StayedFailed,
+    /// Its repetitions disagree: a border cell by itself.
+    Mixed,
+}
+
+fn outcome(c: &MapCell) -> Option<Outcome> {
+    if c.repeats == 0 {
+        return None;
+    }
+    Some(if !c.healthy_before {
+        Outcome::UnhealthyBefore
+    } else if c.stayed_failed == 0 {
+        Outcome::Recovered
+    } else if c.stayed_failed == c.repeats {
+        Outcome::StayedFailed
+    } else {
+        Outcome::Mixed
+    })
+}
+
+/// The cells on the border (`--repeat-border`), by id: mixed ones, and every measured one whose
+/// outcome differs from a measured neighbour's — the next load in its row, the next trigger size
+/// in its column, the same mode.
+fn border(map: &[MapCell], loads: &[f64], triggers: &[u64]) -> Vec<String> {
+    let mut loads = loads.to_vec();
+    loads.sort_by(f64::total_cmp);
+    let mut triggers = triggers.to_vec();
+    triggers.sort_unstable();
+    let mut ids = Vec::new();
+    for c in map {
+        let Some(me) = outcome(c) else { continue };
+        let li = loads.iter().position(|l| (l - c.load).abs() < 1e-6);
+        let ti = triggers.iter().position(|t| *t == c.trigger_seconds);
+        let (Some(li), Some(ti)) = (li, ti) else {
+            continue;
+        };
+        let mut near = Vec::new();
+        for (dl, dt) in [(-1i64, 0i64), (1, 0), (0, -1), (0, 1)] {
+            let (l, t) = (li as i64 + dl, ti as i64 + dt);
+            if l < 0 || t < 0 || l as usize >= loads.len() || t as usize >= triggers.len() {
+                continue;
+            }
+            near.extend(
+                find(map, c.mode, loads[l as usize], triggers[t as usize]).and_then(outcome),
+            );
+        }
+        if me == Outcome::Mixed || near.iter().any(|o| *o != me) {
+            // Named by the grid's load, as the cell's spec is (its measured share of the
+            // capacity can differ in the last bit).
+            ids.push(cell_id(c.mode, loads[li], c.trigger_seconds));
+        }
+    }
+    ids
 }
 
 fn find(map: &[MapCell], mode: Mode, load: f64, trigger: u64) -> Option<&MapCell> {
@@ -262,7 +389,15 @@ fn find(map: &[MapCell], mode: Mode, load: f64, trigger: u64) -> Option<&MapCell
 }
 
 fn verdict(c: &MapCell) -> String {
-    if !c.healthy_before {
+    if c.repeats == 0 && c.invalid > 0 {
+        format!(
+            "**invalid** ({} repetition(s)): {}",
+            c.invalid,
+            c.invalid_why.join("; ")
+        )
+    } else if c.repeats == 0 {
+        "—".into()
+    } else if !c.healthy_before {
         format!(
             "**not healthy before the trigger** (goodput {}% in steady state)",
             c.steady_goodput_pct
@@ -282,20 +417,30 @@ pub fn doc(s: &Summary) -> Doc {
     let recovery = s.recovery_window_seconds;
     let mut d = Doc::new("Metastability map — the stale plan × offered load");
     d.para(format!(
-        "Rows: how long the plan stayed stale before ANALYZE (the trigger's size). Columns: the offered load as a share of the healthy lab's measured capacity ({:.0} rps; the stale plan's is {:.0} rps, {:.2} of it). A cell not serving its load before the trigger is marked so: it says nothing about metastability. A cell recovered when goodput held ≥ {:.0}% of the offered load for 5 s in a row within {recovery} s after ANALYZE; otherwise it stayed failed — its trigger gone, the system not back. Every cell a fresh lab, a {} s closed-loop warm-up, {} repetition(s){}; the map took {:.0} min.",
+        "Rows: how long the plan stayed stale before ANALYZE (the trigger's size). Columns: the offered load as a share of the healthy lab's measured capacity ({:.0} rps; the stale plan's is {:.0} rps, {:.2} of it). A cell not serving its load before the trigger is marked so: it says nothing about metastability. A cell recovered when goodput held ≥ {:.0}% of the offered load for 5 s in a row within {recovery} s after ANALYZE; otherwise it stayed failed — its trigger gone, the system not back. Every cell a fresh lab, a {} s closed-loop warm-up, {} repetition(s){}{}; the map took {:.0} min.",
         cal.healthy_capacity_rps,
         cal.stale_capacity_rps,
         cal.stale_capacity_rps / cal.healthy_capacity_rps,
         100.0 * s.recovery_margin,
         s.warmup_seconds,
         s.repeat,
+        s.repeat_border
+            .map(|n| if s.border.is_empty() {
+                format!(" (and {n} for a cell on the border, but no cell's outcome differed from a neighbour's)")
+            } else {
+                format!(
+                    " ({n} for each cell on the border — repetitions that disagree, or an outcome unlike a neighbour's: {})",
+                    s.border.join(", ")
+                )
+            })
+            .unwrap_or_default(),
         s.rollback_after
             .map(|r| format!(", the rollback {r} s into every trigger"))
             .unwrap_or_default(),
         s.seconds / 60.0
     ));
     d.why(format!(
-        "The heat maps: green, recovered within {recovery} s (the number: seconds after ANALYZE), fading to amber as it takes longer; red: stayed failed; brown: not healthy even before the trigger. Small print: goodput while stale."
+        "The heat maps: green, recovered within {recovery} s (the number: seconds after ANALYZE), fading to amber as it takes longer; red: stayed failed; brown: not healthy even before the trigger; grey: no valid repetition (why: in the table). Small print: goodput while stale."
     ));
     d.push(Block::Figures(
         s.modes
@@ -327,6 +472,9 @@ pub fn doc(s: &Summary) -> Doc {
             let mut row = vec![Cell::text(format!("{tr} s"))];
             for l in loads {
                 row.push(find(map, *m, *l, *tr).map_or(Cell::text("—"), |c| {
+                    if c.repeats == 0 {
+                        return Cell::text(verdict(c));
+                    }
                     Cell::lines(vec![
                         verdict(c),
                         format!(
@@ -347,10 +495,21 @@ pub fn doc(s: &Summary) -> Doc {
             .count();
         let n = map
             .iter()
-            .filter(|c| c.mode == *m && c.healthy_before)
+            .filter(|c| c.mode == *m && c.healthy_before && c.repeats > 0)
+            .count();
+        let invalid = map
+            .iter()
+            .filter(|c| c.mode == *m && c.repeats == 0 && c.invalid > 0)
             .count();
         d.h2(format!("{} mode", m.variant())).table(t).para(format!(
-            "{failed} of {n} cells healthy before their trigger stayed failed after it ended."
+            "{failed} of {n} cells healthy before their trigger stayed failed after it ended.{}",
+            if invalid > 0 {
+                format!(
+                    " {invalid} cell(s) measured nothing valid (the reasons are in their squares)."
+                )
+            } else {
+                String::new()
+            }
         ));
     }
     let cost = cell::cost_line(&s.cells);
@@ -389,6 +548,11 @@ fn heat_svg(
             let x = left + cw * ci as f64;
             let (fill, big, small) = match find(map, mode, *l, *t) {
                 None => ("#eeeeee".to_string(), "—".to_string(), String::new()),
+                Some(c) if c.repeats == 0 => (
+                    "#757575".into(),
+                    if c.invalid > 0 { "invalid" } else { "—" }.into(),
+                    if c.invalid > 0 { "see the table" } else { "" }.into(),
+                ),
                 Some(c) if !c.healthy_before => (
                     "#6d4c41".into(),
                     "unhealthy before".into(),
@@ -478,6 +642,8 @@ mod tests {
             amplification_peak: Some(2.0),
             steady_goodput_pct: Some(99.5),
             healthy_before: true,
+            invalid: 0,
+            invalid_why: vec![],
         }
     }
 
@@ -503,12 +669,102 @@ mod tests {
             svg.contains("50% of healthy") && svg.contains("2.0× the stale"),
             "{svg}"
         );
+        let invalid = MapCell {
+            repeats: 0,
+            invalid: 1,
+            invalid_why: vec!["the counts do not add up: load: every request got an HTTP answer (no client timeout or error): expected 10, got 9".into()],
+            ..mc(Mode::Legacy, 0.8, 60, false, 0.0)
+        };
+        let v = verdict(&invalid);
+        assert!(v.contains("invalid") && v.contains("client timeout"), "{v}");
+        let map2 = [invalid];
+        let svg2 = heat_svg(&map2, Mode::Legacy, &[0.8], &[60], 45, 4.0);
+        assert!(svg2.contains(">invalid<"), "{svg2}");
+        // A square stored by a labctl before `invalid` was kept: no repetition, so not
+        // measured — not a recovery in 0 s.
+        let old: MapCell = serde_json::from_value(serde_json::json!({
+            "mode": "Legacy", "load": 0.8, "rate": 80.0, "trigger_seconds": 60, "repeats": 0,
+            "stayed_failed": 0, "recovery_seconds": null, "goodput_pct_stale": null,
+            "error_5xx_pct_stale": null, "after_goodput_pct": null, "amplification_peak": null,
+            "steady_goodput_pct": null, "healthy_before": true
+        }))
+        .unwrap();
+        assert_eq!(verdict(&old), "—");
+        let svg3 = heat_svg(&[old], Mode::Legacy, &[0.8], &[60], 45, 4.0);
+        assert!(svg3.contains(">—<") && !svg3.contains(">0 s<"), "{svg3}");
         let md_cell = find(&map, Mode::Legacy, 0.8, 20).unwrap();
         assert!(verdict(md_cell).contains("stayed failed"));
         assert!(verdict(find(&map, Mode::Legacy, 1.2, 20).unwrap()).contains("not healthy"));
         assert_eq!(
             cell_id(Mode::Resilient, 0.65, 90),
             "resilient-load0.65-stale90s"
+        );
+    }
+
+    #[test]
+    fn the_border_is_where_a_cell_differs_from_its_neighbours() {
+        let (loads, triggers) = ([0.5, 0.65, 0.8, 0.95], [30, 90]);
+        // Legacy: recovered left of 0.8, stayed failed from 0.8 on, in both rows.
+        let mut map: Vec<MapCell> = triggers
+            .iter()
+            .flat_map(|t| {
+                loads
+                    .iter()
+                    .map(move |l| mc(Mode::Legacy, *l, *t, *l >= 0.8, 2.0))
+            })
+            .collect();
+        // Resilient: all recovered, but one cell's two repetitions disagree.
+        map.extend(triggers.iter().flat_map(|t| {
+            loads
+                .iter()
+                .map(move |l| mc(Mode::Resilient, *l, *t, false, 1.0))
+        }));
+        let mixed = map
+            .iter_mut()
+            .find(|c| c.mode == Mode::Resilient && c.load == 0.5 && c.trigger_seconds == 90)
+            .unwrap();
+        mixed.repeats = 2;
+        mixed.stayed_failed = 1;
+        let mut got = border(&map, &loads, &triggers);
+        got.sort();
+        assert_eq!(
+            got,
+            [
+                "legacy-load0.65-stale30s",
+                "legacy-load0.65-stale90s",
+                "legacy-load0.80-stale30s",
+                "legacy-load0.80-stale90s",
+                // The mixed cell, and the neighbours that differ from it.
+                "resilient-load0.50-stale30s",
+                "resilient-load0.50-stale90s",
+                "resilient-load0.65-stale90s",
+            ]
+        );
+        // The axes as typed (unsorted), and a cell whose measured share of the capacity is a
+        // bit off its grid load: named by the grid's load all the same.
+        let mut off = map.clone();
+        for c in off.iter_mut() {
+            c.load += 1e-9;
+        }
+        let mut again = border(&off, &[0.95, 0.5, 0.8, 0.65], &[90, 30]);
+        again.sort();
+        assert_eq!(again, got);
+        // A uniform map has no border; an unmeasured cell is nobody's neighbour.
+        let uniform: Vec<MapCell> = loads
+            .iter()
+            .map(|l| mc(Mode::Legacy, *l, 30, false, 1.0))
+            .chain([MapCell {
+                repeats: 0,
+                ..mc(Mode::Legacy, 0.5, 90, true, 0.0)
+            }])
+            .collect();
+        assert!(border(&uniform, &loads, &triggers).is_empty());
+        // Unhealthy before the trigger is an outcome of its own.
+        let mut edge = uniform.clone();
+        edge[3].healthy_before = false;
+        assert_eq!(
+            border(&edge, &loads, &triggers),
+            ["legacy-load0.80-stale30s", "legacy-load0.95-stale30s"]
         );
     }
 }
