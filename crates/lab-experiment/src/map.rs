@@ -534,6 +534,12 @@ fn heat_svg(
     let mut s = format!(
         "<svg xmlns='http://www.w3.org/2000/svg' width='{w}' height='{h}' font-family='sans-serif' font-size='12'><rect width='100%' height='100%' fill='white'/>"
     );
+    // Which mode's map this is: the page draws the modes side by side.
+    let _ = write!(
+        s,
+        "<text x='{left}' y='14' font-weight='bold'>{} mode</text>",
+        mode.variant()
+    );
     let mut rows: Vec<u64> = triggers.to_vec();
     rows.sort_unstable_by(|a, b| b.cmp(a));
     for (ri, t) in rows.iter().enumerate() {
@@ -660,6 +666,7 @@ mod tests {
         ];
         let svg = heat_svg(&map, Mode::Legacy, &[0.5, 0.8, 1.2], &[20, 60], 45, 4.0);
         assert_eq!(svg.matches("stayed failed").count(), 1, "{svg}");
+        assert!(svg.contains(">legacy mode<"), "{svg}");
         assert_eq!(svg.matches("unhealthy before").count(), 1, "{svg}");
         assert!(svg.contains(">3 s<") && svg.contains(">30 s<"), "{svg}");
         // The missing cells are drawn as not measured.
