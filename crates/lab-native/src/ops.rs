@@ -40,13 +40,38 @@ async fn ok(state_dir: &Path, cmd: Control) -> anyhow::Result<String> {
     Ok(done.message)
 }
 
-/// Wait until replica `name` runs a process other than `old_pid` and its `/readyz` (on
+/// Which process of a replica `wait_ready` waits for.
+#[derive(Clone, Copy, Debug)]
+enum NewProcess {
+    /// Any process: a replica just added.
+    Any,
+    /// One other than this pid: the supervisor's restart after a kill.
+    NotPid(u32),
+    /// One started by a rollout after the replica's `before`-th: a rollout waits for its own
+    /// restart, not for whatever process runs now — a replica that crashed and came back while
+    /// an earlier replica rolled out runs a new pid too, and would pass for rolled out while
+    /// the rollout's SIGTERM is still on its way (CI, stop 53: `rollouts` read 0 after the
+    /// rollout had returned).
+    RolledOutAfter(u32),
+}
+
+impl NewProcess {
+    fn is(self, p: &ProcState) -> bool {
+        match self {
+            NewProcess::Any => true,
+            NewProcess::NotPid(old) => p.pid != Some(old),
+            NewProcess::RolledOutAfter(before) => p.rollouts > before,
+        }
+    }
+}
+
+/// Wait until replica `name` runs the process `which` names and its `/readyz` (on
 /// `admin_port`) passes.
 async fn wait_ready(
     state_dir: &Path,
     name: &str,
     admin_port: u16,
-    old_pid: Option<u32>,
+    which: NewProcess,
 ) -> anyhow::Result<u32> {
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(1))
@@ -55,8 +80,9 @@ async fn wait_ready(
     loop {
         let pid = supervise::read_state(state_dir)?
             .and_then(|s| s.procs.into_iter().find(|p| p.name == name))
+            .filter(|p| which.is(p))
             .and_then(|p| p.pid);
-        if let Some(pid) = pid.filter(|p| Some(*p) != old_pid) {
+        if let Some(pid) = pid {
             let ready = http
                 .get(format!("http://127.0.0.1:{admin_port}/readyz"))
                 .send()
@@ -166,7 +192,13 @@ pub async fn rollout_restart(state_dir: &Path, service: Service, log: &Log) -> a
             },
         )
         .await?;
-        let pid = wait_ready(state_dir, &p.name, p.admin_port, p.pid).await?;
+        let pid = wait_ready(
+            state_dir,
+            &p.name,
+            p.admin_port,
+            NewProcess::RolledOutAfter(p.rollouts),
+        )
+        .await?;
         // Ready is not yet routable: the gateways put a replica back in rotation on their next
         // probe (up to a probe interval later). Stopping the next replica before that leaves a
         // moment with none in rotation, and requests fail with no_ready_upstream (measured by
@@ -241,7 +273,7 @@ pub async fn kill(state_dir: &Path, replica: crate::Replica, log: &Log) -> anyho
         );
     }
     log.line(format!("{name} (pid {pid}) killed with SIGKILL"));
-    let new = wait_ready(state_dir, &name, p.admin_port, Some(pid)).await?;
+    let new = wait_ready(state_dir, &name, p.admin_port, NewProcess::NotPid(pid)).await?;
     if p.binary == "orchestrator" {
         wait_in_rotation(state_dir, p.port).await?;
     }
@@ -328,7 +360,7 @@ pub async fn scale(
         added.push(spec);
     }
     for spec in &added {
-        wait_ready(state_dir, &spec.name, spec.admin_port, None).await?;
+        wait_ready(state_dir, &spec.name, spec.admin_port, NewProcess::Any).await?;
     }
     log.line(format!(
         "{service} scaled {have} -> {replicas_wanted} in {:.1} s (new replicas start cold and join \

@@ -716,9 +716,13 @@ fn apply(
                     Ok(format!("{name}: SIGTERM sent (pid {})", c.id()))
                 }
                 None => {
-                    // Not running (crash-loop backoff): start now, or drop it.
+                    // Not running (crash-loop backoff): start now, or drop it. A restart
+                    // asked for is a rollout all the same: its new process is the rollout's.
                     match how {
-                        Stopping::Restart => p.restart_at = Some(Instant::now()),
+                        Stopping::Restart => {
+                            p.rollouts += 1;
+                            p.restart_at = Some(Instant::now());
+                        }
                         Stopping::Remove => p.restart_at = None,
                     }
                     Ok(format!("{name}: was not running"))

@@ -64,12 +64,50 @@ fn eventually(what: &str, mut f: impl FnMut() -> bool) {
     }
 }
 
+/// A port for a stand-in replica, below the kernel's ephemeral range. A port that bind(0) hands
+/// out and the test releases is in that range, and any outbound connection (another test's
+/// probe, labctl's) may take it as its local port before the replica binds it: the replica then
+/// crash-loops while a foreign process answers on its port. Ports are handed out once per test
+/// process, from a random start so that two test processes seldom meet, and checked free.
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU16, Ordering};
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    // 4,000 ports below the ephemeral range, well above the privileged ones.
+    let (from, span) = (low.saturating_sub(8000).max(1024), 4000);
+    let _ = NEXT.compare_exchange(
+        0,
+        from + rand::random::<u16>() % span,
+        Ordering::SeqCst,
+        Ordering::SeqCst,
+    );
+    loop {
+        let p = NEXT.fetch_add(1, Ordering::SeqCst);
+        assert!(p < low, "no free port below the ephemeral range ({low})");
+        if std::net::TcpListener::bind(("127.0.0.1", p)).is_ok() {
+            return p;
+        }
+    }
+}
+
+/// The supervisor's log and each replica's, for a failed assertion to show what happened.
+fn logs(state: &Path) -> String {
+    let mut out = String::new();
+    if let Ok(dir) = std::fs::read_dir(state.join("logs")) {
+        for e in dir.flatten() {
+            let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(20).collect();
+            out.push_str(&format!("--- {}\n", e.path().display()));
+            for l in tail.into_iter().rev() {
+                out.push_str(l);
+                out.push('\n');
+            }
+        }
+    }
+    out
 }
 
 struct Supervisor(Child);
@@ -126,6 +164,12 @@ fn setup() -> (PathBuf, Supervisor) {
             .as_array()
             .is_some_and(|r| r.len() == 2 && r.iter().all(|x| x["ready"] == true))
     });
+    // Ready on its port, and the supervisor's own process: a replica that crashed (its port
+    // taken) would look ready through whatever holds the port.
+    let s = status(&state);
+    for r in s["replicas"].as_array().unwrap() {
+        assert_eq!(r["restarts"], 0, "{r}\n{}", logs(&state));
+    }
     (state, sup)
 }
 
@@ -159,9 +203,10 @@ fn rollout_restart_replaces_every_replica_one_at_a_time() {
     let after = status(&state);
     for name in names(&state) {
         let (b, a) = (replica(&before, &name), replica(&after, &name));
-        assert_ne!(b["pid"], a["pid"], "{name} runs a new process");
-        assert_eq!(a["rollouts"], 1, "{name}: one deliberate restart");
-        assert_eq!(a["restarts"], 0, "{name}: not counted as a crash");
+        let why = logs(&state);
+        assert_ne!(b["pid"], a["pid"], "{name} runs a new process\n{why}");
+        assert_eq!(a["rollouts"], 1, "{name}: one deliberate restart\n{why}");
+        assert_eq!(a["restarts"], 0, "{name}: not counted as a crash\n{why}");
         assert_eq!(a["ready"], true);
     }
 }
