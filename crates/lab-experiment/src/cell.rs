@@ -488,8 +488,9 @@ pub fn invalid_reasons(
     }
     why.extend(counts_failed.iter().map(|c| {
         format!(
-            "the counts do not add up: {}: expected {:.0}, got {:.0}",
+            "the counts do not add up: {}: {} {:.0}, got {:.0}",
             c.check,
+            c.reference_word(),
             c.reference.unwrap_or(f64::NAN),
             c.value.unwrap_or(f64::NAN)
         )

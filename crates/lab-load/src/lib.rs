@@ -183,6 +183,13 @@ pub struct LoadReport {
     /// Of those, answered 200 within the 3 s budget.
     pub first_good: u64,
     pub per_second: Vec<SecondSample>,
+    /// How late each request left the generator: from its intended send time to the moment its
+    /// task began to send, milliseconds. A generator that keeps its schedule stays near 0; one
+    /// starved of CPU (on 2 cores, by the lab it loads) falls behind here first, and its own
+    /// client timeouts are then as much its doing as the lab's.
+    pub dispatch_lag_ms: Percentiles,
+    /// The client's timeout per request, milliseconds (`client_timeout` in `by_status`).
+    pub timeout_ms: u64,
 }
 
 impl LoadReport {
@@ -193,6 +200,20 @@ impl LoadReport {
             .filter(|(k, _)| k.parse::<u16>().is_ok())
             .map(|(_, n)| n)
             .sum()
+    }
+
+    /// Requests the client gave up on or lost: a timeout, a refused or reset connection.
+    pub fn unanswered(&self) -> u64 {
+        self.sent.saturating_sub(self.answered())
+    }
+
+    /// The most the generator may lag and still keep its schedule: a tenth of the client's
+    /// timeout. The lag of its runtime is the most that one of its timeouts can owe to it (the
+    /// answer waiting unread, or the timer firing late); within a tenth, a request the client
+    /// timed out went at least 9 s of a 10 s timeout without an answer from the lab — three
+    /// times the 3 s budget, a failed request whoever is counted for the last second.
+    pub fn max_dispatch_lag_ms(&self) -> f64 {
+        self.timeout_ms as f64 / 10.0
     }
 }
 
@@ -227,6 +248,8 @@ struct Recorder {
     first_good: u64,
     /// Per intended-send second: sent, ok, good, latency histogram.
     seconds: BTreeMap<u64, (u64, u64, u64, Histogram<u64>)>,
+    /// Intended send time to the start of sending, microseconds.
+    lag: Histogram<u64>,
 }
 
 fn histogram() -> Histogram<u64> {
@@ -506,6 +529,7 @@ impl Sender {
                 first_by_status: BTreeMap::new(),
                 first_good: 0,
                 seconds: BTreeMap::new(),
+                lag: histogram(),
             })),
             start: Instant::now(),
             track_first: args.keys == Keys::Tenants,
@@ -522,6 +546,8 @@ impl Sender {
     }
 
     async fn send(&self, doc: Arc<(String, serde_json::Value)>, intended: Instant, first: bool) {
+        let lag = intended.elapsed().as_micros().max(1) as u64;
+        let _ = self.rec.lock().expect("recorder lock").lag.record(lag);
         let result = self
             .client
             .post(&self.url)
@@ -583,6 +609,8 @@ impl Sender {
             ok_rps: ok_count as f64 / elapsed,
             ok_latency_ms: percentiles(&r.ok),
             all_latency_ms: percentiles(&r.all),
+            dispatch_lag_ms: percentiles(&r.lag),
+            timeout_ms: args.timeout_ms,
             first_by_status: r.first_by_status.clone(),
             first_good: r.first_good,
             per_second: r
@@ -741,6 +769,11 @@ pub fn print(report: &LoadReport) {
         "  latency of all answers (ms):             p50 {:.1}  p95 {:.1}  p99 {:.1}  max {:.1}  (n={})",
         a.p50, a.p95, a.p99, a.max, a.count
     );
+    let l = &report.dispatch_lag_ms;
+    println!(
+        "  generator's dispatch lag (ms):           p50 {:.1}  p95 {:.1}  p99 {:.1}  max {:.1}  (kept schedule: max <= {:.0})",
+        l.p50, l.p95, l.p99, l.max, report.max_dispatch_lag_ms()
+    );
 }
 
 #[cfg(test)]
@@ -857,6 +890,48 @@ mod tests {
         assert!(report.sent > 0 && report.sent < 5_000, "{}", report.sent);
         assert_eq!(report.by_status.get("200").copied(), Some(report.sent));
         assert!(report.duration_s < 60, "{}", report.duration_s);
+    }
+
+    /// Every request's dispatch lag is recorded, and a generator whose runtime is held up
+    /// records the hold-up (a blocked current-thread runtime: every arrival due meanwhile
+    /// leaves late); a request the lab never answers is a client timeout, unanswered.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_held_up_generator_measures_its_lag_and_a_silent_lab_leaves_requests_unanswered() {
+        let (gateway, _) = always_ok().await;
+        let mut args = LoadArgs::stream(&gateway, 200.0, 1, TenantMix::Uniform, 11);
+        args.docs = Docs::Corpus;
+        let (keys, docs) = corpus_of(2);
+        tokio::spawn(async {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            #[allow(clippy::disallowed_methods)] // the point: the generator's thread held up
+            std::thread::sleep(Duration::from_millis(400));
+        });
+        let held = run_corpus(&args, &keys, &docs).await.unwrap();
+        assert_eq!(held.dispatch_lag_ms.count, held.sent);
+        assert!(
+            held.dispatch_lag_ms.max >= 300.0,
+            "{:?}",
+            held.dispatch_lag_ms
+        );
+        assert_eq!(held.unanswered(), 0);
+        assert_eq!(held.max_dispatch_lag_ms(), 1_000.0);
+
+        // A listener that accepts and never answers.
+        let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = silent.local_addr().unwrap();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((sock, _)) = silent.accept().await {
+                held.push(sock);
+            }
+        });
+        let mut args = LoadArgs::stream(&format!("http://{addr}"), 50.0, 1, TenantMix::Uniform, 11);
+        args.docs = Docs::Corpus;
+        args.timeout_ms = 300;
+        let lost = run_corpus(&args, &keys, &docs).await.unwrap();
+        assert!(lost.sent > 5, "{}", lost.sent);
+        assert_eq!(lost.unanswered(), lost.sent);
+        assert_eq!(lost.by_status.get("client_timeout"), Some(&lost.sent));
     }
 
     fn corpus_of(tenants: i64) -> (Vec<ApiKeyRecord>, Vec<CorpusDoc>) {

@@ -102,6 +102,39 @@ impl Check {
         }
     }
 
+    /// A count or a measure that must not fall below `floor` (a bound, where two counts may
+    /// differ by what one of them cannot see).
+    pub fn at_least(name: &str, floor: f64, got: f64) -> Check {
+        Check {
+            check: name.to_string(),
+            value: Some(got),
+            reference: Some(floor),
+            ok: Some(got > floor - 0.5),
+            precondition: false,
+        }
+    }
+
+    /// A count or a measure that must not exceed `ceiling`.
+    pub fn at_most(name: &str, ceiling: f64, got: f64) -> Check {
+        Check {
+            check: name.to_string(),
+            value: Some(got),
+            reference: Some(ceiling),
+            ok: Some(got < ceiling + 0.5),
+            precondition: false,
+        }
+    }
+
+    /// What the reference is to the value, in words: `expected` for counts that must agree,
+    /// `bound` for a check whose name states its relation (`≤`, `≥`).
+    pub fn reference_word(&self) -> &'static str {
+        if self.check.contains(['≤', '≥']) {
+            "bound"
+        } else {
+            "expected"
+        }
+    }
+
     /// It was measured and it held.
     pub fn holds(&self) -> bool {
         self.ok == Some(true)
