@@ -1067,6 +1067,7 @@ mod tests {
             errors: sent - good,
             p50_ms: 0.0,
             p99_ms: 0.0,
+            lag_max_ms: 0.0,
         }
     }
 

@@ -205,6 +205,10 @@ pub struct ModeReport {
     actions: Vec<engine::ActionRun>,
     load_sent: u64,
     load_by_status: BTreeMap<String, u64>,
+    /// How far behind its schedule the load generator sent (p99, max; ms): absent in a summary
+    /// from before it was measured.
+    #[serde(default)]
+    load_dispatch_lag_ms: Option<(f64, f64)>,
     /// The load generator's per-second samples (the charts' offered load and goodput).
     load_per_second: Vec<lab_load::SecondSample>,
     /// Goodput while the plan is stale over what the stale database could serve of that load
@@ -895,8 +899,14 @@ fn phases_doc(d: &mut Doc, sc: &Scenario, cal: &Calibration, modes: &[ModeReport
         );
         report::origins_doc(d, &names, &per_phase, &m.consistency);
         d.para(format!(
-            "Load: {} sent, by status {:?}.",
-            m.load_sent, m.load_by_status
+            "Load: {} sent, by status {:?}{}.",
+            m.load_sent,
+            m.load_by_status,
+            m.load_dispatch_lag_ms
+                .map_or(String::new(), |(p99, max)| format!(
+                    "; the generator's dispatch lag (behind its schedule) p99 {p99:.0} ms, max \
+                 {max:.0} ms"
+                ))
         ))
         .para(format!(
             "Actions: {}",
@@ -1157,6 +1167,10 @@ async fn replay_mode(
         actions: outcome.actions,
         load_sent: outcome.load.sent,
         load_by_status: outcome.load.by_status.clone(),
+        load_dispatch_lag_ms: Some((
+            outcome.load.dispatch_lag_ms.p99,
+            outcome.load.dispatch_lag_ms.max,
+        )),
         load_per_second: outcome.load.per_second.clone(),
         fix_quality,
     })
@@ -1249,6 +1263,7 @@ mod tests {
                 errors: 0,
                 p50_ms: 1.0,
                 p99_ms: 1.0,
+                lag_max_ms: 0.0,
             })
             .collect();
         assert_eq!(
@@ -1303,6 +1318,7 @@ mod tests {
             actions: Vec::new(),
             load_sent: 0,
             load_by_status: Default::default(),
+            load_dispatch_lag_ms: None,
             load_per_second: Vec::new(),
             fix_quality: None,
         };

@@ -236,6 +236,10 @@ pub struct SecondSample {
     pub errors: u64,
     pub p50_ms: f64,
     pub p99_ms: f64,
+    /// The generator's largest dispatch lag this second (see `LoadReport::dispatch_lag_ms`);
+    /// 0 in samples from before it was measured.
+    #[serde(default)]
+    pub lag_max_ms: f64,
 }
 
 struct Recorder {
@@ -246,8 +250,8 @@ struct Recorder {
     seen_keys: std::collections::HashSet<String>,
     first_by_status: BTreeMap<String, u64>,
     first_good: u64,
-    /// Per intended-send second: sent, ok, good, latency histogram.
-    seconds: BTreeMap<u64, (u64, u64, u64, Histogram<u64>)>,
+    /// Per intended-send second: sent, ok, good, latency histogram, largest dispatch lag (µs).
+    seconds: BTreeMap<u64, (u64, u64, u64, Histogram<u64>, u64)>,
     /// Intended send time to the start of sending, microseconds.
     lag: Histogram<u64>,
 }
@@ -582,7 +586,7 @@ impl Sender {
         let entry = r
             .seconds
             .entry(second)
-            .or_insert_with(|| (0, 0, 0, histogram()));
+            .or_insert_with(|| (0, 0, 0, histogram(), 0));
         entry.0 += 1;
         if ok {
             entry.1 += 1;
@@ -591,6 +595,7 @@ impl Sender {
             }
         }
         let _ = entry.3.record(micros);
+        entry.4 = entry.4.max(lag);
     }
 
     /// `ran`: how long arrivals went on (the duration, or less when stopped).
@@ -616,7 +621,7 @@ impl Sender {
             per_second: r
                 .seconds
                 .iter()
-                .map(|(s, (n, ok, good, h))| SecondSample {
+                .map(|(s, (n, ok, good, h, lag))| SecondSample {
                     second: *s,
                     sent: *n,
                     ok: *ok,
@@ -624,6 +629,7 @@ impl Sender {
                     errors: n - ok,
                     p50_ms: h.value_at_quantile(0.5) as f64 / 1000.0,
                     p99_ms: h.value_at_quantile(0.99) as f64 / 1000.0,
+                    lag_max_ms: *lag as f64 / 1000.0,
                 })
                 .collect(),
         }

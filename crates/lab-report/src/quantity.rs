@@ -553,6 +553,7 @@ mod tests {
             errors: 0,
             p50_ms: 1.0,
             p99_ms: 2.0,
+            lag_max_ms: 0.0,
         }];
         let frame = Frame {
             series: Series {
@@ -681,6 +682,7 @@ mod tests {
             errors: 1,
             p50_ms: 1.0,
             p99_ms: 2.0,
+            lag_max_ms: 0.0,
         };
         let load = [sample(0), sample(1), sample(2)];
         let frame = Frame {
