@@ -208,10 +208,12 @@ impl LoadReport {
     }
 
     /// The most the generator may lag and still keep its schedule: a tenth of the client's
-    /// timeout. The lag of its runtime is the most that one of its timeouts can owe to it (the
-    /// answer waiting unread, or the timer firing late); within a tenth, a request the client
-    /// timed out went at least 9 s of a 10 s timeout without an answer from the lab — three
-    /// times the 3 s budget, a failed request whoever is counted for the last second.
+    /// timeout. The dispatch lag samples how late the generator's runtime polls its tasks, at
+    /// every request — a proxy for the stall that could make one of its timeouts its own (an
+    /// answer left unread, a timer polled late; the timeout itself starts at the send, after the
+    /// lag). Within a tenth, a request the client timed out went at least 9 s of a 10 s timeout
+    /// without an answer from the lab: three times the 3 s budget, a failed request whoever is
+    /// counted for the last second.
     pub fn max_dispatch_lag_ms(&self) -> f64 {
         self.timeout_ms as f64 / 10.0
     }
@@ -914,10 +916,14 @@ mod tests {
         });
         let held = run_corpus(&args, &keys, &docs).await.unwrap();
         assert_eq!(held.dispatch_lag_ms.count, held.sent);
+        // The arrivals due in the 400 ms hold-up left late, up to 400 ms; the others (most of
+        // the second) on time: a lag timed from the run's start, or the answer, is not this.
+        let lag = &held.dispatch_lag_ms;
+        assert!(lag.max >= 300.0 && lag.p50 < 300.0, "{lag:?}");
         assert!(
-            held.dispatch_lag_ms.max >= 300.0,
+            held.per_second.iter().any(|s| s.lag_max_ms >= 300.0),
             "{:?}",
-            held.dispatch_lag_ms
+            held.per_second
         );
         assert_eq!(held.unanswered(), 0);
         assert_eq!(held.max_dispatch_lag_ms(), 1_000.0);

@@ -183,8 +183,15 @@ pub async fn rollout_restart(state_dir: &Path, service: Service, log: &Log) -> a
         "rolling restart of {} {service} replicas, one at a time",
         list.len()
     ));
-    for p in &list {
+    for listed in &list {
         let t = Instant::now();
+        // The replica as it is now, not as it was listed: the rollout's baseline count and the
+        // pid it replaces (another restart may have come between).
+        let p = replicas(state_dir, service)?
+            .into_iter()
+            .find(|r| r.name == listed.name)
+            .with_context(|| format!("{} left the lab during the rollout", listed.name))?;
+        let p = &p;
         ok(
             state_dir,
             Control::Restart {

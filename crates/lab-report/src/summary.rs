@@ -141,8 +141,9 @@ fn origin_of_5xx(labels: &str) -> Option<String> {
 /// not a broken count, when the generator kept its schedule: then its lag cannot explain the
 /// silence (see [`lab_load::LoadReport::max_dispatch_lag_ms`]). The gateway may still have
 /// answered it, later, and counted it, so its counts are bounded by the load's, not equal to
-/// them: answered ≤ gateway requests ≤ sent, and load's 5xx ≤ gateway 5xx ≤ load's 5xx +
-/// unanswered. With every request answered the bounds close to the equalities they were.
+/// them: answered ≤ gateway requests ≤ sent, and for the 5xx and the other answers apart, the
+/// load's ≤ the gateway's ≤ the load's + unanswered. With every request answered the bounds
+/// close to the equalities they were.
 pub fn consistency(s: &Series, load: &lab_load::LoadReport) -> Vec<Check> {
     let answered = load.answered() as f64;
     let unanswered = load.unanswered() as f64;
@@ -187,6 +188,16 @@ pub fn consistency(s: &Series, load: &lab_load::LoadReport) -> Vec<Check> {
             gateway_requests,
         ),
         Check::at_least("gateway 5xx ≥ load's 5xx", load_5xx, gateway_5xx),
+        Check::at_least(
+            "gateway's other answers ≥ load's other answers (not 5xx)",
+            answered - load_5xx,
+            gateway_requests - gateway_5xx,
+        ),
+        Check::at_most(
+            "gateway's other answers ≤ load's other answers + unanswered",
+            answered - load_5xx + unanswered,
+            gateway_requests - gateway_5xx,
+        ),
         Check::at_most(
             "gateway 5xx ≤ load's 5xx + unanswered",
             load_5xx + unanswered,
@@ -395,8 +406,9 @@ mod tests {
         let all = load_of(&[("200", 90), ("503", 10)], 5.0);
         assert!(failed(&all, &gateway(90.0, 10.0, 10.0)).is_empty());
         let one_more = failed(&all, &gateway(91.0, 10.0, 10.0));
-        assert_eq!(one_more.len(), 1, "{one_more:?}");
+        assert_eq!(one_more.len(), 2, "{one_more:?}");
         assert!(one_more[0].contains("no other traffic"), "{one_more:?}");
+        assert!(one_more[1].contains("+ unanswered"), "{one_more:?}");
         let one_less = failed(&all, &gateway(89.0, 10.0, 10.0));
         assert!(one_less[0].contains("every answer counted"), "{one_less:?}");
 
@@ -408,6 +420,12 @@ mod tests {
         assert!(f.iter().any(|c| c.contains("unanswered")), "{f:?}");
         let f = failed(&timeouts, &gateway(90.0, 10.0, 9.0));
         assert_eq!(f, vec!["gateway 5xx = sum of origins at the gateway"]);
+        // Two 200s the load got, missing at the gateway, hidden by 5xx it counted instead.
+        let f = failed(&timeouts, &gateway(85.0, 13.0, 13.0));
+        assert_eq!(
+            f,
+            vec!["gateway's other answers ≥ load's other answers (not 5xx)"]
+        );
 
         // The same counts from a generator 1.5 s behind its schedule: not a valid run.
         let behind = load_of(&[("200", 87), ("503", 8), ("client_timeout", 5)], 1_500.0);

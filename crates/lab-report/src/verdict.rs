@@ -102,8 +102,9 @@ impl Check {
         }
     }
 
-    /// A count or a measure that must not fall below `floor` (a bound, where two counts may
-    /// differ by what one of them cannot see).
+    /// A count that must not fall below `floor` (a bound, where two counts may differ by what
+    /// one of them cannot see), or a measure in units where half of one is noise (ms); the
+    /// tolerance is half a unit.
     pub fn at_least(name: &str, floor: f64, got: f64) -> Check {
         Check {
             check: name.to_string(),
@@ -114,7 +115,7 @@ impl Check {
         }
     }
 
-    /// A count or a measure that must not exceed `ceiling`.
+    /// A count that must not exceed `ceiling` (the tolerance as in [`Check::at_least`]).
     pub fn at_most(name: &str, ceiling: f64, got: f64) -> Check {
         Check {
             check: name.to_string(),
@@ -263,6 +264,22 @@ impl Check {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A bound holds up to its limit and reads as one; counts that must agree read as expected.
+    #[test]
+    fn a_bound_holds_to_its_limit_and_says_bound() {
+        let at_most = Check::at_most("gateway requests ≤ sent", 10.0, 10.0);
+        assert!(at_most.holds());
+        assert!(!Check::at_most("gateway requests ≤ sent", 10.0, 11.0).holds());
+        assert!(Check::at_least("gateway 5xx ≥ load's", 10.0, 12.0).holds());
+        assert!(!Check::at_least("gateway 5xx ≥ load's", 10.0, 9.0).holds());
+        assert!(!Check::at_least("gateway 5xx ≥ load's", 10.0, f64::NAN).holds());
+        assert_eq!(at_most.reference_word(), "bound");
+        assert_eq!(
+            Check::counts_agree("sent = answered", 3.0, 3.0).reference_word(),
+            "expected"
+        );
+    }
 
     fn v(ok: Option<bool>, precondition: bool) -> Check {
         Check {

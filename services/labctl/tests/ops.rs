@@ -64,31 +64,58 @@ fn eventually(what: &str, mut f: impl FnMut() -> bool) {
     }
 }
 
-/// A port for a stand-in replica, below the kernel's ephemeral range. A port that bind(0) hands
-/// out and the test releases is in that range, and any outbound connection (another test's
-/// probe, labctl's) may take it as its local port before the replica binds it: the replica then
-/// crash-loops while a foreign process answers on its port. Ports are handed out once per test
-/// process, from a random start so that two test processes seldom meet, and checked free.
-fn free_port() -> u16 {
+/// The ports of one test's lab: a block of 128 (its replicas from `http`, the trace receiver's
+/// at `http + 100`, the replicas' admin ports 1000 above theirs, as `labctl scale` places them),
+/// outside the kernel's ephemeral range. A port that bind(0) hands out and the test releases is
+/// in that range, and any outbound connection (another test's probe, labctl's) may take it as
+/// its local port before the replica binds it: the replica then crash-loops while a foreign
+/// process answers on its port. One block per lab, so `labctl scale`'s upward search for free
+/// ports stays inside its own test's; from a random start per test process, so that two test
+/// processes seldom meet; every port the lab starts with checked free.
+fn port_block() -> u16 {
     use std::sync::atomic::{AtomicU16, Ordering};
+    use std::sync::OnceLock;
+    const BLOCK: u16 = 128;
+    // Blocks' ports in [base, base + 896), their admin ports in [base + 1000, base + 1896).
+    const BLOCKS: u16 = 7;
+    static BASE: OnceLock<u16> = OnceLock::new();
     static NEXT: AtomicU16 = AtomicU16::new(0);
-    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
-        .unwrap_or(32768);
-    // 4,000 ports below the ephemeral range, well above the privileged ones.
-    let (from, span) = (low.saturating_sub(8000).max(1024), 4000);
-    let _ = NEXT.compare_exchange(
-        0,
-        from + rand::random::<u16>() % span,
-        Ordering::SeqCst,
-        Ordering::SeqCst,
-    );
+    let base = *BASE.get_or_init(|| {
+        let range: Vec<u16> = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+            .ok()
+            .map(|s| {
+                s.split_whitespace()
+                    .filter_map(|x| x.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let (low, high) = match range[..] {
+            [low, high] => (low, high),
+            _ => (32768, 60999),
+        };
+        // Up to 8,000 below the range and above the privileged ports; or, where the range
+        // starts too low for that, above it.
+        let (from, to) = if low >= 1024 + 2000 {
+            (low.saturating_sub(8000).max(1024), low - 2000)
+        } else {
+            (high.saturating_add(1), u16::MAX - 2000)
+        };
+        assert!(
+            from < to,
+            "no room for test ports outside the ephemeral range {low}-{high}"
+        );
+        from + rand::random::<u16>() % (to - from)
+    });
     loop {
-        let p = NEXT.fetch_add(1, Ordering::SeqCst);
-        assert!(p < low, "no free port below the ephemeral range ({low})");
-        if std::net::TcpListener::bind(("127.0.0.1", p)).is_ok() {
-            return p;
+        let k = NEXT.fetch_add(1, Ordering::SeqCst);
+        assert!(k < BLOCKS, "more labs in one test process than port blocks");
+        let b = base + k * BLOCK;
+        let free = |p: u16| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok();
+        if [b, b + 1, b + 100, b + 101, b + 1000, b + 1001]
+            .into_iter()
+            .all(free)
+        {
+            return b;
         }
     }
 }
@@ -133,9 +160,11 @@ fn setup() -> (PathBuf, Supervisor) {
     std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
     // A unique name per test run, so parallel runs never share a memory cgroup.
     let tag = format!("{:08x}", rand::random::<u32>());
+    let ports = port_block();
     let procs: Vec<serde_json::Value> = (1..=2)
         .map(|i| {
-            let (port, admin) = (free_port(), free_port());
+            let port = ports + i - 1;
+            let admin = port + 1000;
             serde_json::json!({
                 "name": format!("orchestrator-t{tag}-{i}"), "binary": "orchestrator", "port": port,
                 "admin_port": admin,
@@ -145,7 +174,7 @@ fn setup() -> (PathBuf, Supervisor) {
         .collect();
     let plan = serde_json::json!({
         "bin_dir": bin, "state_dir": state, "procs": procs,
-        "traces": {"otlp_port": free_port(), "api_port": free_port(), "capacity": 100},
+        "traces": {"otlp_port": ports + 100, "api_port": ports + 101, "capacity": 100},
     });
     let plan_path = state.join("run").join("plan.json");
     std::fs::write(&plan_path, serde_json::to_vec(&plan).unwrap()).unwrap();
