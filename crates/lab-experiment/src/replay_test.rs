@@ -32,7 +32,7 @@ const STEADY_FROM: u64 = 4;
 
 /// What entity-service has done so far: requests and handler seconds, all and those that ended
 /// after the end user's request had already ended at the gateway.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Default)]
 struct Work {
     requests: f64,
     abandoned_requests: f64,
@@ -41,6 +41,8 @@ struct Work {
     /// Orchestrator handlers that ran on after the gateway had hung up (legacy only: Go's
     /// lifetime; a fixed handler is cancelled with its caller).
     orphaned_handlers: f64,
+    /// The gateway's error answers by the row that decided them (`hop/origin`).
+    origins: std::collections::BTreeMap<String, f64>,
 }
 
 impl Work {
@@ -58,8 +60,32 @@ impl Work {
                 "",
             )
             .await,
+            origins: origins(&lab.gateway.admin).await,
         }
     }
+}
+
+/// `lab_errors_total` at the gateway summed by `hop/origin`.
+async fn origins(admin: &str) -> std::collections::BTreeMap<String, f64> {
+    let text = reqwest::get(format!("{admin}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let mut by = std::collections::BTreeMap::new();
+    for s in lab_core::exposition::samples(&text).filter(|s| s.name == "lab_errors_total") {
+        let label = |k: &str| {
+            s.labels
+                .split(',')
+                .find_map(|kv| kv.strip_prefix(&format!("{k}=\"")))
+                .map(|v| v.trim_end_matches('"').to_string())
+                .unwrap_or_default()
+        };
+        *by.entry(format!("{}/{}", label("hop"), label("origin")))
+            .or_insert(0.0) += s.value;
+    }
+    by
 }
 
 /// Wait (bounded) until entity-service has no request in flight: the legacy orphans are done.
@@ -81,6 +107,8 @@ struct Measured {
     /// The same in handler seconds (the pool wait included).
     abandoned_seconds_share: f64,
     orphaned_handlers: f64,
+    /// The gateway's error answers during the run, by `hop/origin`.
+    origins: std::collections::BTreeMap<String, f64>,
 }
 
 impl Measured {
@@ -147,6 +175,12 @@ async fn open_loop(lab: &Lab, data: &std::path::Path, rate: f64, seed: u64) -> M
         abandoned_seconds_share: (after.abandoned_seconds - before.abandoned_seconds)
             / (after.seconds - before.seconds).max(1e-9),
         orphaned_handlers: after.orphaned_handlers - before.orphaned_handlers,
+        origins: after
+            .origins
+            .iter()
+            .map(|(k, v)| (k.clone(), v - before.origins.get(k).copied().unwrap_or(0.0)))
+            .filter(|(_, v)| *v > 0.0)
+            .collect(),
     }
 }
 
@@ -237,28 +271,30 @@ async fn the_real_trigger_storms_the_legacy_lab_and_the_fixed_one_absorbs_it() {
         100.0 * fixed.abandoned_seconds_share,
     );
     eprintln!(
-        "by status: legacy {:?} | resilient {:?}",
-        legacy.report.by_status, fixed.report.by_status
+        "by status: legacy {:?} | resilient {:?}\nby origin: legacy {:?} | resilient {:?}",
+        legacy.report.by_status, fixed.report.by_status, legacy.origins, fixed.origins
     );
     // Every claim is checked, and all that fail are reported together with the per-second series
     // (second:sent/ok/good), so one CI run says which part of the picture did not hold.
     let checks = [
         // The storm still happens in legacy mode (the lab must not quietly heal)... At 1.5x the
         // capacity no server can answer a third of the load; the legacy client loses most of it
-        // once its callers' budgets run out: past that third by 10 points, and more than the fix.
-        // Not by a margin over the fix: the fix itself sheds about half at 1.5x (issue 27's harm),
-        // and a 15-point margin over it read 0.65 vs 0.50 once in CI under the other tests' load
-        // (0.78 vs 0.51 and 0.75 vs 0.49 alone). What tells the bug from the fix is the goodput
-        // and the orphaned work below (a legacy run on the fixed client fails both).
+        // once its callers' budgets run out: past that third by 10 points.
+        // Not compared with the fix by 200s: a 200 counts here however late it came, and the
+        // legacy client's come late. CI on a6fec30 (debug build, stale capacity 408.6 rps) read
+        // 0.77 for legacy against the fix's 0.81, with legacy's 862 steady 200s holding 100
+        // answered within the user's 3 s (the fix: 706 and about as many in time). What tells
+        // the bug from the fix is the goodput in time and the orphaned work below (a legacy run
+        // on the fixed client fails both). That the fix sheds 53-81% at 1.5x, not the third no
+        // server can answer, is issue 27's harm, reported there, not this test's claim.
         (
-            legacy.steady_failed() > fixed.steady_failed()
-                && legacy.steady_failed() >= (1.0 - 1.0 / OVERLOAD) + 0.10,
+            legacy.steady_failed() >= (1.0 - 1.0 / OVERLOAD) + 0.10,
             format!(
-                "legacy fails past the third no server can answer, and more than the fix, in the \
-                 steady state: {:.2} vs {:.2} (the third: {:.2})",
+                "legacy fails past the third no server can answer in the steady state: {:.2} \
+                 (the third: {:.2}; the fix {:.2})",
                 legacy.steady_failed(),
+                1.0 - 1.0 / OVERLOAD,
                 fixed.steady_failed(),
-                1.0 - 1.0 / OVERLOAD
             ),
         ),
         (
