@@ -63,6 +63,8 @@ fn cluster_on(listing: &str, port: u16) -> Option<(String, String)> {
 /// postmaster) would otherwise inherit our caller's descriptors — a `flock` on the heavy-test
 /// lock among them — and hold them for its whole life.
 pub(crate) fn without_fds(mut cmd: Command) -> Command {
+    // A dependency runs at the ordinary priority whatever its caller's (crate::priority).
+    crate::priority::ordinary_in_child(&mut cmd);
     // SAFETY: close_range(2) only closes descriptors, in the child between fork and exec.
     unsafe {
         cmd.pre_exec(|| {

@@ -10,6 +10,7 @@
 //!   fleet has the asked-for shape.
 //! - [`deps`]: the lab's dependencies as faults: PostgreSQL restarted under load.
 //! - [`cgroup`]: memory limits through the kernel's memory cgroups.
+//! - [`priority`]: the load generator's CPU priority over the lab it measures.
 //! - [`policy`]: a team's retry policy file, validated by the orchestrator's own types.
 //! - [`service`]: a Kubernetes Service — one address, per-connection balancing over the ready
 //!   replicas — run inside the supervisor.
@@ -22,6 +23,7 @@ pub mod deps;
 pub mod fleet;
 pub mod ops;
 pub mod policy;
+pub mod priority;
 mod redis_fault;
 pub mod service;
 pub mod supervise;

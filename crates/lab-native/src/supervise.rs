@@ -243,7 +243,10 @@ pub fn spawn_supervisor(plan: &Plan) -> anyhow::Result<u32> {
         .append(true)
         .open(plan.state_dir.join("logs").join("supervisor.log"))?;
     let exe = std::env::current_exe().context("locating labctl itself")?;
-    let child = Command::new(exe)
+    let mut cmd = Command::new(exe);
+    // The lab runs at the ordinary priority whatever its caller's (crate::priority).
+    crate::priority::ordinary_in_child(&mut cmd);
+    let child = cmd
         .arg("supervise")
         .arg("--plan")
         .arg(&plan_path)

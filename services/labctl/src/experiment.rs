@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 
+use lab_experiment::action::Action;
 use lab_experiment::{ablate, map, replay, smoke};
 
 use crate::Globals;
@@ -53,13 +54,22 @@ pub async fn run(cmd: ExperimentCommand, g: &Globals) -> anyhow::Result<()> {
             lab_experiment::run(&args, &eg, &g.state_dir, keys()?).await?;
             Ok(())
         }
-        ExperimentCommand::Replay(args) => replay::run(&args, &eg, own_keys().await?).await,
+        ExperimentCommand::Replay(args) => {
+            let keys = own_keys().await?;
+            stopped_cleanly(replay::run(&args, &eg, keys), g).await
+        }
         ExperimentCommand::Ablate(args) if args.list => {
             ablate::list();
             Ok(())
         }
-        ExperimentCommand::Ablate(args) => ablate::run(&args, &eg, own_keys().await?).await,
-        ExperimentCommand::Map(args) => map::run(&args, &eg, own_keys().await?).await,
+        ExperimentCommand::Ablate(args) => {
+            let keys = own_keys().await?;
+            stopped_cleanly(ablate::run(&args, &eg, keys), g).await
+        }
+        ExperimentCommand::Map(args) => {
+            let keys = own_keys().await?;
+            stopped_cleanly(map::run(&args, &eg, keys), g).await
+        }
         ExperimentCommand::Scenarios {
             command: ScenariosCommand::Check(args),
         } => smoke::check(&args, &eg, keys()?).await,
@@ -74,4 +84,75 @@ pub async fn run(cmd: ExperimentCommand, g: &Globals) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// Run an experiment that starts labs of its own (replay, ablate, map), its load generator at a
+/// higher CPU priority than its lab (`lab_native::priority`). On Ctrl-C or SIGTERM it
+/// is stopped where it is, its lab brought down and the flag store reset, so an interrupted run
+/// leaves no services running and no flag (`client.mode=legacy`, a kill switch) for the next lab
+/// to start with. Before this, a map stopped with SIGTERM left its lab up and the shared store in
+/// legacy mode (2026-12-07). What was measured stays under `--out`.
+async fn stopped_cleanly(
+    experiment: impl std::future::Future<Output = anyhow::Result<()>>,
+    g: &Globals,
+) -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    generator_first()?;
+    let mut term = signal(SignalKind::terminate())
+        .map_err(|e| anyhow::anyhow!("listening for SIGTERM: {e}"))?;
+    let why = tokio::select! {
+        r = experiment => return r,
+        _ = tokio::signal::ctrl_c() => "Ctrl-C",
+        _ = term.recv() => "SIGTERM",
+    };
+    eprintln!(
+        "\ninterrupted ({why}): bringing the lab down, resetting the flags, fresh statistics"
+    );
+    // Each is tried whatever the others did: each is a thing left behind. The statistics: a run
+    // stopped between the plan flip and its ANALYZE leaves the planner stale, and the next
+    // calibration would measure a stale database as the healthy one.
+    let down = lab_native::down(&g.state_dir).await;
+    let flags = async { lab_flags::Store::new(&g.redis_url)?.reset().await }.await;
+    let log = g.state_dir.join("logs").join("interrupted.log");
+    let analyze = lab_experiment::act(&g.experiment(), Action::ANALYZE, &log).await;
+    match (down, flags, analyze) {
+        (Ok(()), Ok(()), Ok(())) => anyhow::bail!(
+            "interrupted ({why}): the lab is down, the flags are reset and the statistics fresh; \
+             what was measured is kept under --out (map and ablate read measured cells back when \
+             run again with the same --out)"
+        ),
+        (down, flags, analyze) => anyhow::bail!(
+            "interrupted ({why}), and the cleanup failed: lab down: {down:?}; flags reset: \
+             {flags:?}; ANALYZE: {analyze:?} (run `labctl down`, `labctl flags reset` and \
+             `labctl remediate analyze`; log {})",
+            log.display()
+        ),
+    }
+}
+
+/// The experiment's process (its load generator, probes and scrapes) at `LAB_GENERATOR_NICE`
+/// (default `lab_native::priority::GENERATOR_NICE`; `0` runs it as the lab's equal, as before
+/// 2026-12-07); the lab it starts runs at 0 either way.
+fn generator_first() -> anyhow::Result<()> {
+    let nice = match std::env::var("LAB_GENERATOR_NICE") {
+        Ok(v) => v
+            .trim()
+            .parse::<i32>()
+            .ok()
+            .filter(|n| (-20..=19).contains(n))
+            .ok_or_else(|| anyhow::anyhow!("LAB_GENERATOR_NICE={v:?}: a nice value, -20..=19"))?,
+        Err(_) => lab_native::priority::GENERATOR_NICE,
+    };
+    match lab_native::priority::set_own(nice) {
+        Ok(threads) => eprintln!(
+            "load generator at nice {nice} ({threads} threads), the lab at 0 \
+             (LAB_GENERATOR_NICE; lab_native::priority)"
+        ),
+        Err(e) => eprintln!(
+            "load generator at nice {} (the lab's own priority): nice {nice} needs CAP_SYS_NICE \
+             ({e}); its dispatch lag is measured either way",
+            lab_native::priority::own()
+        ),
+    }
+    Ok(())
 }
