@@ -24,7 +24,7 @@ use tracing::Instrument as _;
 
 use crate::admission::Refusal;
 use crate::configuration::ResolveSettings;
-use crate::score::jaccard;
+use crate::score::Tokens;
 use crate::session::Timeout;
 use crate::telemetry::{ServiceMetrics, WorkGuard};
 
@@ -414,11 +414,14 @@ async fn lookup(
                     )
                 })
                 .collect();
+            // Each candidate's name split once for all the spans of its kind (crate::score).
+            let tokens: Vec<Tokens<'_>> = candidates.iter().map(|(_, n)| Tokens::new(n)).collect();
             for i in idxs {
-                let span = &req.spans[i].normalized;
+                let span = Tokens::new(&req.spans[i].normalized);
                 let best = candidates
                     .iter()
-                    .map(|(e, norm)| (e, jaccard(span, norm)))
+                    .zip(&tokens)
+                    .map(|((e, _), t)| (e, span.jaccard(t)))
                     .max_by(|a, b| a.1.total_cmp(&b.1));
                 if let Some((entity, score)) = best {
                     if score >= st.settings.min_confidence {
