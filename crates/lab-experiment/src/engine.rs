@@ -173,6 +173,34 @@ pub async fn scrape_once(
         .collect())
 }
 
+/// A spawned task aborted when its handle is dropped (a tokio `JoinHandle` dropped lets its task
+/// run on): an experiment stopped mid-run (labctl on Ctrl-C drops it, then brings the lab down
+/// and runs ANALYZE) must not leave its load generator sending and its actions acting meanwhile
+/// — an invalidate finishing after that ANALYZE would leave the plan stale.
+pub(crate) struct Task<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for Task<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl<T> Task<T> {
+    fn is_finished(&self) -> bool {
+        self.0.is_finished()
+    }
+}
+
+impl<T> std::future::Future for Task<T> {
+    type Output = Result<T, tokio::task::JoinError>;
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        std::pin::Pin::new(&mut self.0).poll(cx)
+    }
+}
+
 /// Run `steps` one after another, in process, recording each and whether it went as the
 /// scenario expects (most must succeed; some must fail); what they did goes to `log`.
 fn run_actions(
@@ -181,8 +209,8 @@ fn run_actions(
     steps: Vec<Step>,
     log: Log,
     t0: Instant,
-) -> tokio::task::JoinHandle<Vec<ActionRun>> {
-    tokio::spawn(async move {
+) -> Task<Vec<ActionRun>> {
+    Task(tokio::spawn(async move {
         let lab = NativeLab::new(&g.state_dir, log.clone());
         let mut done = Vec::new();
         for step in steps {
@@ -212,7 +240,7 @@ fn run_actions(
             });
         }
         done
-    })
+    }))
 }
 
 /// Run `action`; `None` when it succeeded, else why not. In process now, not a subprocess: an
@@ -307,7 +335,9 @@ pub async fn execute(
     let mut fine = crate::fine::FineReader::new(crate::fine::unix_ms());
     let load_task = {
         let (a, c) = (load_args.clone(), control.clone());
-        tokio::spawn(async move { lab_load::run_with(&a, c, keys, source).await })
+        Task(tokio::spawn(async move {
+            lab_load::run_with(&a, c, keys, source).await
+        }))
     };
     let mut ticks: Vec<Tick> = vec![Tick {
         t: 0.0,
@@ -530,7 +560,7 @@ struct Clock<'a> {
     started: Instant,
     actions_log: Log,
     /// Each phase's actions, by phase index.
-    running: Vec<(usize, tokio::task::JoinHandle<Vec<ActionRun>>)>,
+    running: Vec<(usize, Task<Vec<ActionRun>>)>,
     /// Phases that `end: after-run` no longer held (their run finished, or HOLD_MAX passed).
     released: Vec<bool>,
     /// Where `labctl watch` reads the current step (native labs only).

@@ -67,21 +67,16 @@ impl Work {
 
 /// `lab_errors_total` at the gateway summed by `hop/origin`.
 async fn origins(admin: &str) -> std::collections::BTreeMap<String, f64> {
-    let text = reqwest::get(format!("{admin}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let resp = reqwest::get(format!("{admin}/metrics")).await.unwrap();
+    assert!(
+        resp.status().is_success(),
+        "{admin}/metrics: {}",
+        resp.status()
+    );
+    let text = resp.text().await.unwrap();
     let mut by = std::collections::BTreeMap::new();
     for s in lab_core::exposition::samples(&text).filter(|s| s.name == "lab_errors_total") {
-        let label = |k: &str| {
-            s.labels
-                .split(',')
-                .find_map(|kv| kv.strip_prefix(&format!("{k}=\"")))
-                .map(|v| v.trim_end_matches('"').to_string())
-                .unwrap_or_default()
-        };
+        let label = |k| lab_core::exposition::label(s.labels, k).unwrap_or_default();
         *by.entry(format!("{}/{}", label("hop"), label("origin")))
             .or_insert(0.0) += s.value;
     }

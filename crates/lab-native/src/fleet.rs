@@ -704,17 +704,18 @@ pub fn refuse_if_up(state_dir: &Path) -> anyhow::Result<()> {
 /// process (their state directories are other than this one's, which `refuse_if_up` checked).
 /// An error where `/proc` cannot be read: the caller then assumes another lab may be up.
 pub fn other_labs_up() -> anyhow::Result<Vec<PathBuf>> {
-    let mut plans = Vec::new();
+    Ok(supervisors()?.into_iter().map(|(_, plan)| plan).collect())
+}
+
+/// Every live `labctl supervise --plan PATH` process: its pid and its plan as given on its
+/// command line (relative to its working directory, when relative).
+fn supervisors() -> anyhow::Result<Vec<(u32, PathBuf)>> {
+    let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").context("reading /proc")? {
         let Ok(entry) = entry else { continue };
-        if !entry
-            .file_name()
-            .to_string_lossy()
-            .bytes()
-            .all(|b| b.is_ascii_digit())
-        {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
             continue;
-        }
+        };
         // A process may end between the listing and the read: skip it.
         let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
             continue;
@@ -725,11 +726,31 @@ pub fn other_labs_up() -> anyhow::Result<Vec<PathBuf>> {
             .position(|w| w[0] == b"supervise" && w[1] == b"--plan")
         {
             if let Some(plan) = args.get(i + 2).filter(|p| !p.is_empty()) {
-                plans.push(PathBuf::from(String::from_utf8_lossy(plan).into_owned()));
+                found.push((
+                    pid,
+                    PathBuf::from(String::from_utf8_lossy(plan).into_owned()),
+                ));
             }
         }
     }
-    Ok(plans)
+    Ok(found)
+}
+
+/// The live supervisor of `state_dir`'s lab found by its command line: one that has not written
+/// its state yet (it does on its first tick, after starting every replica), or whose state file
+/// is gone. An experiment stopped while its lab was starting left such a supervisor behind.
+fn supervisor_by_plan(state_dir: &Path) -> Option<u32> {
+    let want = std::fs::canonicalize(state_dir.join("run").join("plan.json")).ok()?;
+    supervisors().ok()?.into_iter().find_map(|(pid, plan)| {
+        let plan = if plan.is_absolute() {
+            plan
+        } else {
+            std::fs::read_link(format!("/proc/{pid}/cwd"))
+                .ok()?
+                .join(plan)
+        };
+        (std::fs::canonicalize(plan).ok()? == want && supervise::process_alive(pid)).then_some(pid)
+    })
 }
 
 /// `args` with the enrichment consumer group filled in: a new group per run
@@ -1027,19 +1048,31 @@ pub async fn wait_enrichment_group(
 }
 
 pub async fn down(state_dir: &Path) -> anyhow::Result<()> {
-    let Some(state) = supervise::read_state(state_dir)? else {
-        println!(
-            "no lab is up (no {})",
-            supervise::state_file(state_dir).display()
-        );
-        return Ok(());
+    let pid = match supervise::read_state(state_dir)? {
+        Some(state) if supervise::process_alive(state.supervisor_pid) => state.supervisor_pid,
+        state => {
+            if let Some(state) = state {
+                let _ = std::fs::remove_file(supervise::state_file(state_dir));
+                println!(
+                    "supervisor {} is gone; removed its stale state",
+                    state.supervisor_pid
+                );
+            }
+            match supervisor_by_plan(state_dir) {
+                Some(pid) => {
+                    println!("supervisor {pid} is starting (no state written yet): stopping it");
+                    pid
+                }
+                None => {
+                    println!(
+                        "no lab is up (no {})",
+                        supervise::state_file(state_dir).display()
+                    );
+                    return Ok(());
+                }
+            }
+        }
     };
-    let pid = state.supervisor_pid;
-    if !supervise::process_alive(pid) {
-        let _ = std::fs::remove_file(supervise::state_file(state_dir));
-        println!("supervisor {pid} is gone; removed its stale state");
-        return Ok(());
-    }
     unsafe {
         libc::kill(pid as libc::pid_t, libc::SIGTERM);
     }
@@ -1187,6 +1220,51 @@ mod tests {
             "{plan} not among {found:?}"
         );
         assert!(!other_labs_up().unwrap().contains(&PathBuf::from(&plan)));
+    }
+
+    /// `labctl down` finds a lab whose supervisor has not written its state yet (an experiment
+    /// stopped while its lab was starting) by its plan: given relative to the supervisor's own
+    /// working directory, as `labctl up` gives it with the default `.lab`.
+    #[test]
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "a plain #[test] thread polling /proc: no runtime to block"
+    )]
+    fn a_starting_supervisor_is_found_by_its_plan() {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
+        let root =
+            std::env::temp_dir().join(format!("starting-lab-{}-{nanos}", std::process::id()));
+        let state = root.join("state");
+        std::fs::create_dir_all(state.join("run")).unwrap();
+        std::fs::write(state.join("run").join("plan.json"), "{}").unwrap();
+        // Another lab's state directory, with a plan of its own: not this lab's supervisor.
+        std::fs::create_dir_all(root.join("other").join("run")).unwrap();
+        std::fs::write(root.join("other").join("run").join("plan.json"), "{}").unwrap();
+        assert_eq!(supervisor_by_plan(&state), None);
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "read _", "supervise", "--plan", "state/run/plan.json"])
+            .current_dir(&root)
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let cmdline = format!("/proc/{}/cmdline", child.id());
+        for _ in 0..500 {
+            if std::fs::read(&cmdline).is_ok_and(|c| c.windows(6).any(|w| w == b"--plan")) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let found = supervisor_by_plan(&state);
+        let other = supervisor_by_plan(&root.join("other"));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(found, Some(child.id()));
+        assert_eq!(other, None);
+        assert_eq!(supervisor_by_plan(&state), None);
+        let _ = std::fs::remove_dir_all(&root);
     }
     use clap::Parser;
 

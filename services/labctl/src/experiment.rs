@@ -111,10 +111,25 @@ async fn stopped_cleanly(
     // Each is tried whatever the others did: each is a thing left behind. The statistics: a run
     // stopped between the plan flip and its ANALYZE leaves the planner stale, and the next
     // calibration would measure a stale database as the healthy one.
-    let down = lab_native::down(&g.state_dir).await;
-    let flags = async { lab_flags::Store::new(&g.redis_url)?.reset().await }.await;
     let log = g.state_dir.join("logs").join("interrupted.log");
-    let analyze = lab_experiment::act(&g.experiment(), Action::ANALYZE, &log).await;
+    let cleanup = async {
+        let down = lab_native::down(&g.state_dir).await;
+        let flags = async { lab_flags::Store::new(&g.redis_url)?.reset().await }.await;
+        let analyze = lab_experiment::act(&g.experiment(), Action::ANALYZE, &log).await;
+        (down, flags, analyze)
+    };
+    // The cleanup can take a minute (a lab's supervisor stops its consumers one at a time): a
+    // second Ctrl-C or SIGTERM ends the process at once, saying what is left to do.
+    let left_to_do = "run `labctl down`, `labctl flags reset` and `labctl remediate analyze`";
+    let done = tokio::select! {
+        done = cleanup => Some(done),
+        _ = tokio::signal::ctrl_c() => None,
+        _ = term.recv() => None,
+    };
+    let Some((down, flags, analyze)) = done else {
+        eprintln!("interrupted again during the cleanup: {left_to_do}");
+        std::process::exit(130);
+    };
     match (down, flags, analyze) {
         (Ok(()), Ok(()), Ok(())) => anyhow::bail!(
             "interrupted ({why}): the lab is down, the flags are reset and the statistics fresh; \
@@ -123,8 +138,7 @@ async fn stopped_cleanly(
         ),
         (down, flags, analyze) => anyhow::bail!(
             "interrupted ({why}), and the cleanup failed: lab down: {down:?}; flags reset: \
-             {flags:?}; ANALYZE: {analyze:?} (run `labctl down`, `labctl flags reset` and \
-             `labctl remediate analyze`; log {})",
+             {flags:?}; ANALYZE: {analyze:?} ({left_to_do}; log {})",
             log.display()
         ),
     }
@@ -139,8 +153,13 @@ fn generator_first() -> anyhow::Result<()> {
             .trim()
             .parse::<i32>()
             .ok()
-            .filter(|n| (-20..=19).contains(n))
-            .ok_or_else(|| anyhow::anyhow!("LAB_GENERATOR_NICE={v:?}: a nice value, -20..=19"))?,
+            .filter(|n| (-20..=0).contains(n))
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "LAB_GENERATOR_NICE={v:?}: a nice value from -20 to 0 (the generator at the \
+                     lab's priority or above; to run everything lower, run labctl under `nice`)"
+                )
+            })?,
         Err(_) => lab_native::priority::GENERATOR_NICE,
     };
     match lab_native::priority::set_own(nice) {
@@ -149,8 +168,8 @@ fn generator_first() -> anyhow::Result<()> {
              (LAB_GENERATOR_NICE; lab_native::priority)"
         ),
         Err(e) => eprintln!(
-            "load generator at nice {} (the lab's own priority): nice {nice} needs CAP_SYS_NICE \
-             ({e}); its dispatch lag is measured either way",
+            "load generator at nice {} (the lab's own priority): nice {nice} could not be set \
+             ({e}; raising a priority needs CAP_SYS_NICE); its dispatch lag is measured either way",
             lab_native::priority::own()
         ),
     }
