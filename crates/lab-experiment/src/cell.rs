@@ -739,9 +739,16 @@ fn result_of(
 }
 
 /// The first second after `analyze_end` that starts 5 seconds in a row with goodput at least
-/// `margin` of what was sent, as seconds after `analyze_end`; `None` when there is none before
-/// `run_end` (the cell stayed failed through its recovery window). A second a cell never left
-/// healthy counts as recovered at once (0).
+/// `margin` of what was sent **and is not followed by a relapse** (5 seconds in a row below it)
+/// before `run_end`, as seconds after `analyze_end`; `None` when there is none (the cell stayed
+/// failed through its recovery window, or fell back into failure after recovering). A second a
+/// cell never left healthy counts as recovered at once (0).
+///
+/// Why the relapse: the full-size map of 2026-12-07 had a legacy cell (0.95x the healthy
+/// capacity, 30 s stale, the rollback at +10 s) serve everything from 7 s after ANALYZE for 10
+/// seconds, then collapse to 10-20% goodput for the 40 seconds left of its window, with the plan
+/// healthy — as the rollout's last orchestrators came back with cold caches. The first rule
+/// called it recovered in 5 s.
 pub fn recovery_seconds(
     load: &[SecondSample],
     analyze_end: f64,
@@ -749,16 +756,20 @@ pub fn recovery_seconds(
     margin: f64,
 ) -> Option<f64> {
     const HOLD: u64 = 5;
-    let good = |s: u64| {
-        load.iter()
-            .find(|x| x.second == s)
-            .is_some_and(|x| x.sent > 0 && x.good as f64 >= margin * x.sent as f64)
-    };
+    let sample = |s: u64| load.iter().find(|x| x.second == s).filter(|x| x.sent > 0);
+    let good = |s: u64| sample(s).is_some_and(|x| x.good as f64 >= margin * x.sent as f64);
+    let bad = |s: u64| sample(s).is_some_and(|x| (x.good as f64) < margin * x.sent as f64);
     let first = analyze_end.floor() as u64;
-    let last = run_end.floor() as u64;
-    (first..last.saturating_sub(HOLD - 1))
-        .find(|s| (*s..*s + HOLD).all(good))
-        .map(|s| (s as f64 - analyze_end).max(0.0))
+    // The seconds a run of HOLD may start at: it must end inside the window.
+    let starts_until = (run_end.floor() as u64).saturating_sub(HOLD - 1);
+    let mut from = first;
+    loop {
+        let recovered = (from..starts_until).find(|s| (*s..*s + HOLD).all(good))?;
+        match (recovered + HOLD..starts_until).find(|s| (*s..*s + HOLD).all(bad)) {
+            None => return Some((recovered as f64 - analyze_end).max(0.0)),
+            Some(relapse) => from = relapse + HOLD,
+        }
+    }
 }
 
 /// Which phases hold the stale plan: from the one that flips it to the one that analyzes.
@@ -1090,6 +1101,43 @@ mod tests {
         blip[17] = sample(17, 100, 50);
         let r = recovery_seconds(&blip, 10.4, 40.0, 0.95).unwrap();
         assert!((r - 7.6).abs() < 1e-9, "{r}");
+    }
+
+    #[test]
+    fn a_recovery_followed_by_a_relapse_is_no_recovery() {
+        // ANALYZE ended at 10.0; good 15-24, then failing to the end (the map's 0.95x cell).
+        let relapse: Vec<_> = (0..60)
+            .map(|s| {
+                if (15..25).contains(&s) || s < 5 {
+                    sample(s, 100, 100)
+                } else {
+                    sample(s, 100, 15)
+                }
+            })
+            .collect();
+        assert_eq!(recovery_seconds(&relapse, 10.0, 60.0, 0.95), None);
+        // Fewer than five bad seconds after it is a blip, not a relapse.
+        let blip: Vec<_> = (0..60)
+            .map(|s| {
+                if (5..15).contains(&s) || (30..34).contains(&s) {
+                    sample(s, 100, 15)
+                } else {
+                    sample(s, 100, 100)
+                }
+            })
+            .collect();
+        assert_eq!(recovery_seconds(&blip, 10.0, 60.0, 0.95), Some(5.0));
+        // Recovered, relapsed, recovered for good: the recovery is the one that lasted.
+        let twice: Vec<_> = (0..60)
+            .map(|s| {
+                if (5..15).contains(&s) || (25..35).contains(&s) {
+                    sample(s, 100, 15)
+                } else {
+                    sample(s, 100, 100)
+                }
+            })
+            .collect();
+        assert_eq!(recovery_seconds(&twice, 10.0, 60.0, 0.95), Some(25.0));
     }
 
     #[test]
