@@ -1187,31 +1187,36 @@ mod tests {
         }
     }
 
-    /// `labctl up` keeps doc.ingested while another lab's supervisor runs on this machine: a
-    /// process whose command line is `... supervise --plan PATH` is found while it lives.
-    #[test]
+    /// A stand-in supervisor (`sh -c "read _" supervise --plan PATH`, `read` a builtin on a pipe
+    /// never written: no child of its own, so nothing forked from it can carry this command line
+    /// on after the kill — `sleep` did). `spawn` returns once the child is forked, not once it
+    /// has run `sh`: until then its command line is still this test's. Waits for the exec
+    /// (bounded).
     #[allow(
         clippy::disallowed_methods,
         reason = "a plain #[test] thread polling /proc: no runtime to block"
     )]
+    fn wait_for_exec(child: &std::process::Child) {
+        let cmdline = format!("/proc/{}/cmdline", child.id());
+        for _ in 0..500 {
+            if std::fs::read(&cmdline).is_ok_and(|c| c.windows(6).any(|w| w == b"--plan")) {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+
+    /// `labctl up` keeps doc.ingested while another lab's supervisor runs on this machine: a
+    /// process whose command line is `... supervise --plan PATH` is found while it lives.
+    #[test]
     fn another_labs_supervisor_is_found_while_it_runs() {
         let plan = format!("/tmp/other-lab-{}/run/plan.json", std::process::id());
         let mut child = std::process::Command::new("sh")
-            // `read`, a builtin on a pipe never written: no child of its own, so nothing
-            // forked from it can carry this command line on after the kill (`sleep` did).
             .args(["-c", "read _", "supervise", "--plan", &plan])
             .stdin(std::process::Stdio::piped())
             .spawn()
             .unwrap();
-        // `spawn` returns once the child is forked, not once it has run `sh`: until then its
-        // command line is still this test's. Wait for the exec (bounded), then look.
-        let cmdline = format!("/proc/{}/cmdline", child.id());
-        for _ in 0..500 {
-            if std::fs::read(&cmdline).is_ok_and(|c| c.windows(6).any(|w| w == b"--plan")) {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
+        wait_for_exec(&child);
         let found = other_labs_up().unwrap();
         child.kill().unwrap();
         child.wait().unwrap();
@@ -1226,10 +1231,6 @@ mod tests {
     /// stopped while its lab was starting) by its plan: given relative to the supervisor's own
     /// working directory, as `labctl up` gives it with the default `.lab`.
     #[test]
-    #[allow(
-        clippy::disallowed_methods,
-        reason = "a plain #[test] thread polling /proc: no runtime to block"
-    )]
     fn a_starting_supervisor_is_found_by_its_plan() {
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -1250,13 +1251,7 @@ mod tests {
             .stdin(std::process::Stdio::piped())
             .spawn()
             .unwrap();
-        let cmdline = format!("/proc/{}/cmdline", child.id());
-        for _ in 0..500 {
-            if std::fs::read(&cmdline).is_ok_and(|c| c.windows(6).any(|w| w == b"--plan")) {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
+        wait_for_exec(&child);
         let found = supervisor_by_plan(&state);
         let other = supervisor_by_plan(&root.join("other"));
         child.kill().unwrap();
