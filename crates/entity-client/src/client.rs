@@ -6,7 +6,8 @@
 //! ```text
 //! resolve(ctx) ─▶ deadline = min(ctx.deadline, now + budget.total)          (deadline_propagation)
 //!   loop:
-//!     retry?  ─▶ enough time after the backoff?  no ─▶ NoBudget            [shed: no_budget]
+//!     retry?  ─▶ enough time after the pushback  no ─▶ NoBudget            [shed: no_budget]
+//!                + the backoff?                                              (resilience.pushback)
 //!             ─▶ reserve a retry-budget token    no ─▶ RetryBudgetExhausted [shed: retry_budget]
 //!             ─▶ sleep full-jitter backoff (dropped with the caller)
 //!     remaining - guard_band >= 120 ms?          no ─▶ NoBudget            [shed: no_budget]
@@ -113,6 +114,11 @@ pub struct Controls {
     /// is admitted when another tenant's attempts fill it ([`crate::limiter::Limiter::try_acquire_ceiling`]).
     /// Off: the ceiling is first come, first served.
     pub tenant_share: bool,
+    /// LAB-FIX(pushback): a retry after an admission refusal that says how much too long
+    /// entity-service's queue is (`x-lab-retry-pushback-ms`) waits that long before its jittered
+    /// backoff, and is not made when that wait leaves no room for it. Off: the backoff alone
+    /// (0-40 ms for the first retry: into the same queue).
+    pub pushback: bool,
 }
 
 impl Default for Controls {
@@ -127,6 +133,7 @@ impl Default for Controls {
             concurrency_limit: true,
             adaptive_limit: Some(Adapt::Callee),
             tenant_share: true,
+            pushback: true,
         }
     }
 }
@@ -338,7 +345,17 @@ impl Client {
             let mut retry: Option<(Option<Reservation<'_>>, &'static str)> = None;
             if let Some(prev) = last.take() {
                 // LAB-FIX(no-jitter): full jitter, the upper bound doubling per retry.
-                let pause = self.backoff.delay(sent, controls.jitter);
+                let jittered = self.backoff.delay(sent, controls.jitter);
+                // LAB-FIX(pushback): entity-service refused the attempt before any work and said
+                // by how much its queue is too long for it. A retry sooner than that meets the
+                // same queue (the first retry's backoff is 0-40 ms; a queue that refuses is
+                // hundreds of milliseconds too long), spends a retry token and a round trip, and
+                // is refused again: the retry waits for the pushback first (gRPC's server
+                // pushback, A6), then for its jittered backoff, so that the callers refused
+                // together do not come back together. If that wait leaves no room for an
+                // attempt, the request fails now (below), without a token spent.
+                let pushback = prev.pushback().filter(|_| controls.pushback);
+                let pause = pushback.unwrap_or_default() + jittered;
                 let resume = Instant::now() + pause;
                 // Refuse to sleep towards an attempt that could not start anyway: no token spent,
                 // no time wasted, the caller learns at once.
@@ -367,6 +384,7 @@ impl Client {
                 tracing::debug!(
                     attempts = sent,
                     pause_ms = pause.as_millis() as u64,
+                    pushback_ms = pushback.map(|p| p.as_millis() as u64),
                     error = %prev,
                     "retrying entity-service"
                 );
@@ -625,11 +643,17 @@ async fn exchange(rb: reqwest::RequestBuilder) -> Result<ResolveResponse, Error>
             .get(lab_contract::ORIGIN_HEADER)
             .and_then(|v| v.to_str().ok())
             .and_then(lab_contract::errors::parse_origin);
+        let pushback = headers::retry_pushback(
+            resp.headers()
+                .get(headers::RETRY_PUSHBACK_MS)
+                .map(|v| v.as_bytes()),
+        );
         let body = drain(resp).await;
         return Err(Error::Upstream {
             status: status.as_u16(),
             body,
             origin,
+            pushback,
         });
     }
     let bytes = resp

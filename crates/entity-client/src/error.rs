@@ -60,6 +60,9 @@ pub enum Error {
         /// The error-table row entity-service named (`x-lab-error-origin`); `None` when it named
         /// none, or one the table does not know.
         origin: Option<&'static Failure>,
+        /// entity-service's server pushback (`x-lab-retry-pushback-ms`, on an admission refusal):
+        /// the soonest a retry could fit. `None`: not sent, or not readable.
+        pushback: Option<Duration>,
     },
     /// No complete HTTP answer: connect failure, reset, closed connection.
     #[error("entity-service unreachable: {message}")]
@@ -105,6 +108,14 @@ pub enum TransportStage {
 }
 
 impl Error {
+    /// The server pushback this attempt's answer carried, if any.
+    pub fn pushback(&self) -> Option<Duration> {
+        match self {
+            Error::Upstream { pushback, .. } => *pushback,
+            _ => None,
+        }
+    }
+
     /// Did this attempt get no answer at all, so that sending it to another replica loses
     /// nothing (a failover, not a retry)?
     pub fn is_unanswered(&self) -> bool {

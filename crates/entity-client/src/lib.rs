@@ -12,7 +12,9 @@
 //!   its parent. LAB-FIX(timeout-inversion). Its neighbour there, the error table, says what each
 //!   failure of this client is answered with ([`Error::failure`]).
 //! - [`client`]: [`Client`], [`ClientConfig`] and the per-request [`Controls`]; the retry loop of
-//!   the postmortem's flow diagram, bound to the caller's future (LAB-FIX(orphaned-work)).
+//!   the postmortem's flow diagram, bound to the caller's future (LAB-FIX(orphaned-work)); a
+//!   retry after entity-service's admission refused waits for the refusal's pushback first
+//!   (LAB-FIX(pushback), gRPC's server pushback; `lab_api::headers::RETRY_PUSHBACK_MS`).
 //! - [`backoff`]: exponential backoff with full jitter, cancellable. LAB-FIX(no-jitter).
 //! - [`retry_budget`]: the token bucket that switches retries off when nothing succeeds.
 //!   LAB-FIX(retry-amplification).

@@ -85,6 +85,7 @@ mod tests {
             status,
             body: String::new(),
             origin: None,
+            pushback: None,
         }
     }
 
@@ -93,6 +94,7 @@ mod tests {
             status: f.status,
             body: String::new(),
             origin: Some(f),
+            pushback: None,
         }
     }
 

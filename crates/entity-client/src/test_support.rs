@@ -40,6 +40,9 @@ pub struct Reply {
     pub per_span: bool,
     /// The error-table row to name in `x-lab-error-origin`, as the real entity-service does.
     pub origin: Option<&'static lab_contract::Failure>,
+    /// Server pushback to send (`x-lab-retry-pushback-ms`), as entity-service's admission does
+    /// on a refusal.
+    pub pushback: Option<Duration>,
 }
 
 impl Reply {
@@ -64,6 +67,7 @@ impl Reply {
             body: None,
             per_span: false,
             origin,
+            pushback: None,
         }
     }
 
@@ -88,6 +92,15 @@ impl Reply {
     pub fn with_origin(mut self, row: &'static lab_contract::Failure) -> Self {
         self.origin = Some(row);
         self
+    }
+
+    /// entity-service's admission refusing before any work (503 `db_pool_exhausted`), saying its
+    /// queue is `pushback` too long for the request's budget.
+    pub fn refused_with_pushback(pushback: Duration) -> Self {
+        Self {
+            pushback: Some(pushback),
+            ..Self::status(503).with_origin(&lab_contract::errors::ES_DB_POOL_EXHAUSTED)
+        }
     }
 
     /// 200 with one `null` per span sent: a valid answer for a batch of any size.
@@ -320,6 +333,12 @@ async fn handle(
         body,
     )
         .into_response();
+    if let Some(p) = reply.pushback {
+        resp.headers_mut().insert(
+            headers::RETRY_PUSHBACK_MS,
+            p.as_millis().to_string().parse().expect("digits"),
+        );
+    }
     if let Some(row) = reply.origin {
         resp.headers_mut().insert(
             lab_contract::ORIGIN_HEADER,

@@ -353,6 +353,59 @@ async fn resolve_refuses_retries_when_the_retry_budget_is_empty() {
     assert_eq!(stub.requests(), 6);
 }
 
+/// LAB-FIX(pushback): entity-service's admission says by how much its queue is too long; the
+/// retry waits that long (then its jittered backoff), or is not made when that leaves no room.
+#[tokio::test(start_paused = true)]
+async fn a_refusal_with_pushback_is_retried_after_it_or_not_at_all() {
+    let gap = |stub: &Stub| {
+        let at: Vec<Instant> = stub.arrivals().iter().map(|a| a.at).collect();
+        at[1] - at[0]
+    };
+    // Refused with 300 ms of pushback, then served: the retry comes 300 ms later, plus the
+    // first backoff's [0, 40 ms) (tokio's timers round up a millisecond: `<=`).
+    let stub = Stub::start(Reply::ok()).await;
+    stub.then([Reply::refused_with_pushback(MS(300))]);
+    let (c, _) = client(&stub);
+    c.resolve(&ctx(), &request(), &Controls::default())
+        .await
+        .expect("the retry after the pushback is served");
+    assert_eq!(stub.requests(), 2);
+    assert!(gap(&stub) >= MS(300), "{:?}", gap(&stub));
+    assert!(gap(&stub) <= MS(341), "{:?}", gap(&stub));
+
+    // The control off: the backoff alone, into the same queue within 40 ms.
+    let stub = Stub::start(Reply::ok()).await;
+    stub.then([Reply::refused_with_pushback(MS(300))]);
+    let (c, _) = client(&stub);
+    let off = Controls {
+        pushback: false,
+        ..Controls::default()
+    };
+    c.resolve(&ctx(), &request(), &off).await.expect("served");
+    assert!(gap(&stub) <= MS(41), "{:?}", gap(&stub));
+
+    // A pushback the budget cannot wait out (1,700 ms of the hop's 1,800, an attempt needs
+    // 200 ms more): no retry, no token spent, at once.
+    let stub = Stub::start(Reply::ok()).await;
+    stub.then([Reply::refused_with_pushback(MS(1700))]);
+    let (c, _) = client(&stub);
+    let start = Instant::now();
+    let err = c
+        .resolve(&ctx(), &request(), &Controls::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::NoBudget { attempts: 1, .. }), "{err}");
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    assert_eq!(stub.requests(), 1);
+    assert_eq!(c.retry_budget_tokens(), 100.0);
+    // The same refusal without the control: retried into the queue, tokens spent.
+    let stub = Stub::start(Reply::refused_with_pushback(MS(1700))).await;
+    let (c, _) = client(&stub);
+    let _ = c.resolve(&ctx(), &request(), &off).await.unwrap_err();
+    assert_eq!(stub.requests(), 3);
+    assert_eq!(c.retry_budget_tokens(), 98.0);
+}
+
 #[tokio::test(start_paused = true)]
 async fn the_callees_admission_refusals_do_not_open_the_breaker() {
     // entity-service refusing its excess (a full pool, `db_pool_exhausted`) is not entity-service

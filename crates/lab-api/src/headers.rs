@@ -39,6 +39,26 @@ pub fn request_budget(value: Option<&[u8]>) -> Result<Option<std::time::Duration
     }
 }
 
+/// Server pushback (gRPC's `grpc-retry-pushback-ms`, from its A6 retry design) on the lab's
+/// HTTP hop: on a refusal by its admission (`db_pool_exhausted` before any work), entity-service
+/// says how much longer its queue is than the refused request's budget allowed, in whole
+/// milliseconds: the soonest a retry with the same budget could fit, if nothing else arrived.
+/// Information for the fixed client's retry (LAB-FIX(pushback), `resilience.pushback`); the
+/// legacy client sends no budget, is never refused so, and never sees it.
+pub const RETRY_PUSHBACK_MS: &str = "x-lab-retry-pushback-ms";
+
+/// A [`RETRY_PUSHBACK_MS`] value: digits only, at most [`MAX_REQUEST_BUDGET_MS`]. Anything else
+/// (absent, signed, too large, not a number) is `None`: the client's own backoff applies, as a
+/// gRPC client ignores a pushback it cannot read.
+pub fn retry_pushback(value: Option<&[u8]>) -> Option<std::time::Duration> {
+    let text = std::str::from_utf8(value?).ok()?;
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let ms: u64 = text.parse().ok()?;
+    (ms <= MAX_REQUEST_BUDGET_MS).then(|| std::time::Duration::from_millis(ms))
+}
+
 /// Observation only: the wall-clock instant (Unix epoch, milliseconds) at which the *end user's*
 /// request ends at the gateway. Stamped by the gateway in every mode and forwarded unchanged; no
 /// client or server makes a decision from it. It exists so entity-service can measure abandoned
@@ -88,6 +108,28 @@ pub const TRAFFIC_WARMUP: &str = "warmup";
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn a_pushback_is_whole_milliseconds_and_anything_else_is_ignored() {
+        assert_eq!(retry_pushback(None), None);
+        assert_eq!(
+            retry_pushback(Some(b"240")),
+            Some(Duration::from_millis(240))
+        );
+        assert_eq!(retry_pushback(Some(b"0")), Some(Duration::ZERO));
+        for bad in [
+            &b""[..],
+            b"+240",
+            b"-1",
+            b"2.5",
+            b" 240",
+            b"99999999999999999999999",
+        ] {
+            assert_eq!(retry_pushback(Some(bad)), None, "{bad:?}");
+        }
+        let over = (MAX_REQUEST_BUDGET_MS + 1).to_string();
+        assert_eq!(retry_pushback(Some(over.as_bytes())), None);
+    }
 
     #[test]
     fn a_budget_is_whole_milliseconds_up_to_what_postgresql_can_apply() {

@@ -27,6 +27,9 @@ pub struct ApiError {
     /// The error-table row this answers, when it was decided elsewhere or named explicitly;
     /// `None`: the row `code` names at the hop that answers.
     pub origin: Option<&'static Failure>,
+    /// Sent as [`lab_api::headers::RETRY_PUSHBACK_MS`] (rounded up to whole milliseconds): the
+    /// soonest a retry could succeed, when the service knows it (an admission refusal).
+    pub retry_pushback: Option<std::time::Duration>,
 }
 
 /// What an error response was, for the middleware that counts it: attached to every response
@@ -44,6 +47,7 @@ impl ApiError {
             code,
             message: message.into(),
             origin: None,
+            retry_pushback: None,
         }
     }
     /// The error `f` (of this hop, or of a hop below passed through): its status and code.
@@ -53,7 +57,13 @@ impl ApiError {
             code: f.code,
             message: message.into(),
             origin: Some(f),
+            retry_pushback: None,
         }
+    }
+    /// The same error, telling the caller not to retry sooner than `after` (server pushback).
+    pub fn with_retry_pushback(mut self, after: std::time::Duration) -> Self {
+        self.retry_pushback = Some(after);
+        self
     }
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, "invalid_request", message)
@@ -79,6 +89,13 @@ impl IntoResponse for ApiError {
             origin: self.origin,
         };
         let mut resp = (self.status, Json(ErrorBody::new(self.code, self.message))).into_response();
+        if let Some(after) = self.retry_pushback {
+            let ms = after.as_micros().div_ceil(1000).to_string();
+            resp.headers_mut().insert(
+                lab_api::headers::RETRY_PUSHBACK_MS,
+                axum::http::HeaderValue::from_str(&ms).expect("digits are a valid header value"),
+            );
+        }
         resp.extensions_mut().insert(info);
         resp
     }
@@ -179,4 +196,29 @@ pub fn unanswered(err: &(dyn std::error::Error + 'static)) -> bool {
         cur = e.source();
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pushback_goes_on_the_wire_in_whole_milliseconds_rounded_up() {
+        let row = &lab_contract::errors::ES_DB_POOL_EXHAUSTED;
+        let plain = ApiError::from_failure(row, "full").into_response();
+        assert!(plain
+            .headers()
+            .get(lab_api::headers::RETRY_PUSHBACK_MS)
+            .is_none());
+        let pushed = ApiError::from_failure(row, "full")
+            .with_retry_pushback(std::time::Duration::from_micros(393_750))
+            .into_response();
+        assert_eq!(pushed.status(), StatusCode::SERVICE_UNAVAILABLE);
+        let header = pushed.headers()[lab_api::headers::RETRY_PUSHBACK_MS].as_bytes();
+        assert_eq!(header, b"394", "never sooner than the service said");
+        assert_eq!(
+            lab_api::headers::retry_pushback(Some(header)),
+            Some(std::time::Duration::from_millis(394))
+        );
+    }
 }

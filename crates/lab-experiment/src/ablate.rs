@@ -227,6 +227,14 @@ fn matrix() -> Vec<Cell> {
             "resilience.tenant_fairness",
             "off",
         ),
+        // Pushback comes only on refusals of budgeted requests (deadline propagation on):
+        // removed from `all` only, as the fair turns.
+        (
+            "all-pushback",
+            "all but the retry's wait for entity-service's pushback",
+            "resilience.pushback",
+            "off",
+        ),
         (
             "all+static",
             "all, the static limit (16 per orchestrator) for the callee's admission",

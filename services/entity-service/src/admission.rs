@@ -31,8 +31,11 @@ const MIN_WAIT: Duration = Duration::from_millis(1);
 pub enum Refusal {
     /// The query alone, at its recent cost, does not fit in what is left of the budget.
     Budget,
-    /// The query would fit, but not after the wait for a connection.
-    Queue,
+    /// The query would fit, but not after the wait for a connection. `pushback`: by how much
+    /// the queue is too long for this budget (the expected wait + the query − what is left),
+    /// the soonest a retry with the same budget could fit if nothing else arrived; zero when
+    /// not estimated (a request admitted whose queue then moved slower than estimated).
+    Queue { pushback: Duration },
 }
 
 /// The pool as the admission sees it (from `deadpool::Status`).
@@ -79,7 +82,9 @@ pub fn admit(left: Duration, query_cost: Duration, pool: PoolState) -> Result<Du
     let ahead = pool.ahead() as u32;
     let expected_wait = query_cost * ahead / pool.max_size.max(1) as u32;
     if expected_wait + query_cost > left {
-        return Err(Refusal::Queue);
+        return Err(Refusal::Queue {
+            pushback: expected_wait + query_cost - left,
+        });
     }
     Ok((left - query_cost).max(MIN_WAIT))
 }
@@ -120,9 +125,17 @@ mod tests {
     #[test]
     fn refuses_at_once_what_the_queue_makes_too_late() {
         // 160 ahead at 100 ms a query on 16 connections: 1 s of wait, over a 700 ms budget.
+        // It says by how much: 1,000 + 100 - 700 ms, the soonest a retry could fit.
         assert_eq!(
             admit(MS(700), MS(100), pool(16, 0, 159)),
-            Err(Refusal::Queue)
+            Err(Refusal::Queue { pushback: MS(400) })
+        );
+        // One request fewer ahead is ~6 ms sooner: the pushback follows the queue.
+        assert_eq!(
+            admit(MS(700), MS(100), pool(16, 0, 158)),
+            Err(Refusal::Queue {
+                pushback: Duration::from_micros(393_750)
+            })
         );
         // The same queue at 10 ms a query is 100 ms of wait: served.
         assert!(admit(MS(700), MS(10), pool(16, 0, 159)).is_ok());

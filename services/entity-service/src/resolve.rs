@@ -210,7 +210,15 @@ async fn resolve_work(
                     tokio::time::timeout(wait, st.gate.acquire(req.tenant))
                         .instrument(tracing::info_span!("db.turn"))
                         .await
-                        .map_err(|_| refused(st, Refusal::Queue, left))?,
+                        .map_err(|_| {
+                            refused(
+                                st,
+                                Refusal::Queue {
+                                    pushback: Duration::ZERO,
+                                },
+                                left,
+                            )
+                        })?,
                 );
             }
             let wait = until.saturating_duration_since(Instant::now());
@@ -527,7 +535,13 @@ async fn acquire_within(
                 return Ok(client);
             }
             Err(PoolError::Timeout(deadpool_postgres::TimeoutType::Wait)) => {
-                return Err(refused(st, Refusal::Queue, left));
+                return Err(refused(
+                    st,
+                    Refusal::Queue {
+                        pushback: Duration::ZERO,
+                    },
+                    left,
+                ));
             }
             Err(e) if Instant::now() + RECONNECT_EVERY < until => {
                 if !waited {
@@ -562,19 +576,26 @@ fn refused(st: &AppState, why: Refusal, left: Duration) -> ApiError {
                 ),
             )
         }
-        Refusal::Queue => {
+        Refusal::Queue { pushback } => {
             st.metrics.shed.with_label_values(&["queue"]).inc();
             let pool = st.pool.status();
             // Budgeted requests wait for their tenant's turn before the pool (crate::fair).
             let waiting = pool.waiting + st.gate.waiting();
-            ApiError::from_failure(
+            let e = ApiError::from_failure(
                 &errors::ES_DB_POOL_EXHAUSTED,
                 format!(
                     "no PostgreSQL connection would be free in time: {} waiting for {} \
                      connections at {cost} ms a query, {left} ms left; not started",
                     waiting, pool.max_size
                 ),
-            )
+            );
+            // LAB-FIX(pushback): say how much too long the queue is, so that a retry comes when
+            // it could fit rather than into the same queue a few tens of milliseconds later.
+            if pushback.is_zero() {
+                e
+            } else {
+                e.with_retry_pushback(pushback)
+            }
         }
     }
 }

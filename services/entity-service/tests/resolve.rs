@@ -737,6 +737,13 @@ async fn a_budgeted_request_waits_for_a_connection_only_within_its_budget() {
         lab_contract::errors::parse_origin(resp.headers()["x-lab-error-origin"].to_str().unwrap())
             .expect("a row of the error table");
     assert!(row.retryable, "another replica may have room: retryable");
+    // Admitted (no cost known yet), then refused at the end of its wait: the queue was never
+    // estimated too long, so no pushback is claimed (LAB-FIX(pushback)).
+    assert!(
+        resp.headers().get("x-lab-retry-pushback-ms").is_none(),
+        "{:?}",
+        resp.headers()
+    );
     let body: serde_json::Value = resp.json().await.unwrap();
     assert_eq!(body["error"]["code"], "db_pool_exhausted");
     assert_eq!(

@@ -71,6 +71,7 @@ pub fn controls(flags: &Snapshot) -> Controls {
             _ => Some(entity_client::limiter::Adapt::Callee),
         },
         tenant_share: flags.enabled("resilience.tenant_fairness"),
+        pushback: flags.enabled("resilience.pushback"),
     }
 }
 
