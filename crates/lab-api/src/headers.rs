@@ -50,13 +50,9 @@ pub const RETRY_PUSHBACK_MS: &str = "x-lab-retry-pushback-ms";
 /// A [`RETRY_PUSHBACK_MS`] value: digits only, at most [`MAX_REQUEST_BUDGET_MS`]. Anything else
 /// (absent, signed, too large, not a number) is `None`: the client's own backoff applies, as a
 /// gRPC client ignores a pushback it cannot read.
+/// The rules are a budget's ([`request_budget`]): one parser for both headers.
 pub fn retry_pushback(value: Option<&[u8]>) -> Option<std::time::Duration> {
-    let text = std::str::from_utf8(value?).ok()?;
-    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let ms: u64 = text.parse().ok()?;
-    (ms <= MAX_REQUEST_BUDGET_MS).then(|| std::time::Duration::from_millis(ms))
+    request_budget(value).ok().flatten()
 }
 
 /// Observation only: the wall-clock instant (Unix epoch, milliseconds) at which the *end user's*
